@@ -1,0 +1,161 @@
+"""The one JSON codec every store and the kernel use.
+
+Why one codec: a first run must return exactly what a replay returns, so values are handed back
+in their stored form (after the JSON round trip), and every store must refuse the same values.
+It refuses ``NaN``/``Infinity`` (not JSON; PostgreSQL ``jsonb`` rejects them), non-string keys
+(Python would silently turn ``1`` into ``"1"``), NUL and lone surrogates in strings (PostgreSQL
+cannot store them), values nested deeper than a limit (never a bare ``RecursionError``) and
+payloads larger than a limit. Tuples are accepted and come back as lists.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import JsonValue
+
+from .errors import ConfigurationError, ErrorCode, SerializationError
+
+__all__ = [
+    "DEFAULT_LIMITS",
+    "JsonLimits",
+    "JsonValue",
+    "canonical_json",
+    "decode",
+    "encode",
+    "fingerprint",
+    "round_trip",
+]
+
+_BAD_STRING = re.compile(r"[\x00\ud800-\udfff]")
+
+
+@dataclass(frozen=True, slots=True)
+class JsonLimits:
+    """Size and depth limits for one stored document."""
+
+    max_bytes: int = 4 * 1024 * 1024
+    max_depth: int = 64
+
+    def __post_init__(self) -> None:
+        if self.max_bytes < 16 or self.max_depth < 1:
+            raise ConfigurationError(
+                "JSON limits must allow at least 16 bytes and depth 1",
+                context={"max_bytes": self.max_bytes, "max_depth": self.max_depth},
+            )
+
+
+DEFAULT_LIMITS = JsonLimits()
+
+
+def _check(value: Any, limits: JsonLimits, what: str) -> None:
+    """Walk ``value`` iteratively and refuse anything the codec does not store exactly."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if item is None or isinstance(item, bool | int):
+            continue
+        if isinstance(item, str):
+            if _BAD_STRING.search(item):
+                raise SerializationError(
+                    f"{what} contains a NUL character or a lone surrogate",
+                    context={"what": what, "reason": "bad_string"},
+                )
+            continue
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                raise SerializationError(
+                    f"{what} contains NaN or Infinity, which JSON cannot represent",
+                    code=ErrorCode.NON_FINITE_NUMBER,
+                    context={"what": what},
+                )
+            continue
+        if isinstance(item, dict | list | tuple):
+            if depth > limits.max_depth:
+                raise SerializationError(
+                    f"{what} is nested deeper than {limits.max_depth} levels",
+                    code=ErrorCode.VALUE_TOO_DEEP,
+                    context={"what": what, "limit": limits.max_depth},
+                )
+            if isinstance(item, dict):
+                for key, child in item.items():
+                    if not isinstance(key, str):
+                        raise SerializationError(
+                            f"{what} has a non-string object key",
+                            context={
+                                "what": what,
+                                "reason": "non_string_key",
+                                "type": type(key).__name__,
+                            },
+                        )
+                    stack.append((key, depth + 1))
+                    stack.append((child, depth + 1))
+            else:
+                stack.extend((child, depth + 1) for child in item)
+            continue
+        raise SerializationError(
+            f"{what} contains a value of type {type(item).__name__}, which is not JSON",
+            context={"what": what, "reason": "unsupported_type", "type": type(item).__name__},
+        )
+
+
+def encode(value: Any, *, limits: JsonLimits = DEFAULT_LIMITS, what: str = "value") -> str:
+    """Encode ``value`` as compact JSON text, or raise ``SerializationError``."""
+    _check(value, limits, what)
+    text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    size = len(text.encode("utf-8"))
+    if size > limits.max_bytes:
+        raise SerializationError(
+            f"{what} is {size} bytes, more than the limit of {limits.max_bytes}",
+            code=ErrorCode.PAYLOAD_TOO_LARGE,
+            context={"what": what, "size": size, "limit": limits.max_bytes},
+        )
+    return text
+
+
+def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        raise ValueError("duplicate object key")
+    return result
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"non-finite number {name}")
+
+
+def decode(text: str | bytes, *, what: str = "value") -> Any:
+    """Decode stored JSON; malformed, duplicate-key or non-finite input raises ``INVALID_JSON``."""
+    try:
+        return json.loads(
+            text, object_pairs_hook=_refuse_duplicates, parse_constant=_refuse_constant
+        )
+    except (ValueError, RecursionError, TypeError) as exc:
+        raise SerializationError(
+            f"{what} is not valid JSON",
+            code=ErrorCode.INVALID_JSON,
+            context={"what": what, "reason": type(exc).__name__},
+        ) from exc
+
+
+def round_trip(value: Any, *, limits: JsonLimits = DEFAULT_LIMITS, what: str = "value") -> Any:
+    """Return the stored form of ``value``: what a replay will return."""
+    return json.loads(encode(value, limits=limits, what=what))
+
+
+def canonical_json(value: Any, *, limits: JsonLimits = DEFAULT_LIMITS) -> str:
+    """Deterministic JSON (sorted keys, no whitespace) for hashing."""
+    _check(value, limits, "value")
+    return json.dumps(
+        value, ensure_ascii=False, allow_nan=False, separators=(",", ":"), sort_keys=True
+    )
+
+
+def fingerprint(value: Any) -> str:
+    """SHA-256 hex digest of the canonical JSON of ``value``; stable across processes."""
+    return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()

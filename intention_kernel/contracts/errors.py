@@ -1,0 +1,248 @@
+"""Every error the library raises, with a stable code, a safe message and a retry hint.
+
+Callers branch on ``code`` (stable across releases) or on the class, never on the text.
+``message`` is safe to show to an end user or log: it never contains payloads, secrets or
+driver output. The private cause stays on ``__cause__`` and is never part of ``to_json()``.
+
+Hierarchy::
+
+    KernelError
+    ├── InvalidInputError            bad input crossing a public entry point (nothing written)
+    │   ├── InvalidIdError           thread/turn ids, idempotency keys, capability ids ...
+    │   ├── SerializationError       not JSON, NaN/Infinity, too deep, too large
+    │   └── SchemaValidationError    a value does not match its declared schema
+    ├── ConfigurationError           invalid settings, refused at start
+    ├── UsageError                   an API called in the wrong state (scope closed, nested effect)
+    ├── DurabilityError              the store could not do what was asked
+    │   ├── LeaseLostError           another holder took over the thread: this one is fenced
+    │   ├── TurnConflictError        turn id reused, turn already committed, revision conflict
+    │   ├── CheckpointCorruptError   a stored document cannot be read back
+    │   └── StoreSchemaError         the store's schema is missing or newer than this code
+    ├── EffectError
+    │   ├── EffectUncertainError     a write may or may not have happened: fail closed
+    │   ├── EffectNotAppliedError    raised by a host: the write certainly did not happen
+    │   └── EffectConflictError      key used by another capability, or receipt in a wrong state
+    ├── CheckpointIncompatibleError  stored checkpoint not loadable by this agent
+    ├── AgentCompilationError        an agent definition is invalid (lists every problem)
+    └── ModelGatewayError            the model provider failed or answered nonsense
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, ClassVar
+
+__all__ = [
+    "AgentCompilationError",
+    "CheckpointCorruptError",
+    "CheckpointIncompatibleError",
+    "ConfigurationError",
+    "DurabilityError",
+    "EffectConflictError",
+    "EffectError",
+    "EffectNotAppliedError",
+    "EffectUncertainError",
+    "ErrorCode",
+    "InvalidIdError",
+    "InvalidInputError",
+    "KernelError",
+    "LeaseLostError",
+    "ModelGatewayError",
+    "SchemaValidationError",
+    "SerializationError",
+    "StoreSchemaError",
+    "TurnConflictError",
+    "UsageError",
+]
+
+
+class ErrorCode(StrEnum):
+    """Stable machine-readable error codes. Never renamed once released."""
+
+    INVALID_INPUT = "INVALID_INPUT"
+    INVALID_THREAD_ID = "INVALID_THREAD_ID"
+    INVALID_TURN_ID = "INVALID_TURN_ID"
+    INVALID_IDEMPOTENCY_KEY = "INVALID_IDEMPOTENCY_KEY"
+    INVALID_CAPABILITY_ID = "INVALID_CAPABILITY_ID"
+    INVALID_STEP_ID = "INVALID_STEP_ID"
+    INVALID_ID = "INVALID_ID"
+    NOT_SERIALIZABLE = "NOT_SERIALIZABLE"
+    NON_FINITE_NUMBER = "NON_FINITE_NUMBER"
+    VALUE_TOO_DEEP = "VALUE_TOO_DEEP"
+    PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
+    INVALID_JSON = "INVALID_JSON"
+    SCHEMA_VALIDATION_FAILED = "SCHEMA_VALIDATION_FAILED"
+
+    INVALID_CONFIGURATION = "INVALID_CONFIGURATION"
+
+    SCOPE_CLOSED = "SCOPE_CLOSED"
+    EFFECT_NESTED = "EFFECT_NESTED"
+    EFFECT_IN_PROGRESS = "EFFECT_IN_PROGRESS"
+    TURN_RESULT_MISMATCH = "TURN_RESULT_MISMATCH"
+
+    STORE_UNAVAILABLE = "STORE_UNAVAILABLE"
+    STORE_BUSY = "STORE_BUSY"
+    STORE_FULL = "STORE_FULL"
+    STORE_READ_ONLY = "STORE_READ_ONLY"
+    STORE_ERROR = "STORE_ERROR"
+    LOCK_TIMEOUT = "LOCK_TIMEOUT"
+    LEASE_LOST = "LEASE_LOST"
+    TURN_ID_REUSED = "TURN_ID_REUSED"
+    TURN_ALREADY_COMMITTED = "TURN_ALREADY_COMMITTED"
+    CHECKPOINT_REVISION_CONFLICT = "CHECKPOINT_REVISION_CONFLICT"
+    CHECKPOINT_CORRUPT = "CHECKPOINT_CORRUPT"
+    STORE_SCHEMA_MISSING = "STORE_SCHEMA_MISSING"
+    STORE_SCHEMA_TOO_NEW = "STORE_SCHEMA_TOO_NEW"
+
+    EFFECT_UNCERTAIN = "EFFECT_UNCERTAIN"
+    EFFECT_VALUE_NOT_STORABLE = "EFFECT_VALUE_NOT_STORABLE"
+    EFFECT_NOT_APPLIED = "EFFECT_NOT_APPLIED"
+    IDEMPOTENCY_KEY_COLLISION = "IDEMPOTENCY_KEY_COLLISION"
+    RECEIPT_NOT_FOUND = "RECEIPT_NOT_FOUND"
+    RECEIPT_NOT_UNCERTAIN = "RECEIPT_NOT_UNCERTAIN"
+    EFFECT_NOT_ALLOWED = "EFFECT_NOT_ALLOWED"
+
+    CHECKPOINT_INCOMPATIBLE = "CHECKPOINT_INCOMPATIBLE"
+    AGENT_COMPILATION_FAILED = "AGENT_COMPILATION_FAILED"
+    MODEL_GATEWAY_FAILED = "MODEL_GATEWAY_FAILED"
+
+
+class KernelError(Exception):
+    """Root of every error raised by intention-kernel.
+
+    ``context`` holds JSON-safe details (ids, limits, sizes) that help an operator; it never
+    holds payload values. Subclasses fix a default ``code`` and ``retryable``.
+    """
+
+    default_code: ClassVar[ErrorCode] = ErrorCode.INVALID_INPUT
+    default_message: ClassVar[str] = "intention-kernel error"
+    default_retryable: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        code: ErrorCode | None = None,
+        retryable: bool | None = None,
+        context: dict[str, Any] | None = None,
+    ) -> None:
+        self.code: ErrorCode = code or self.default_code
+        self.message: str = message or self.default_message
+        self.retryable: bool = self.default_retryable if retryable is None else retryable
+        self.context: dict[str, Any] = dict(context or {})
+        super().__init__(self.message)
+
+    def __str__(self) -> str:
+        return f"[{self.code}] {self.message}"
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(code={self.code!s}, message={self.message!r})"
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-safe description for APIs and logs; the private cause is never included."""
+        return {
+            "error": type(self).__name__,
+            "code": str(self.code),
+            "message": self.message,
+            "retryable": self.retryable,
+            "context": self.context,
+        }
+
+
+class InvalidInputError(KernelError):
+    default_code = ErrorCode.INVALID_INPUT
+    default_message = "invalid input"
+
+
+class InvalidIdError(InvalidInputError):
+    default_code = ErrorCode.INVALID_ID
+    default_message = "invalid identifier"
+
+
+class SerializationError(InvalidInputError):
+    default_code = ErrorCode.NOT_SERIALIZABLE
+    default_message = "value is not storable as JSON"
+
+
+class SchemaValidationError(InvalidInputError):
+    default_code = ErrorCode.SCHEMA_VALIDATION_FAILED
+    default_message = "value does not match its schema"
+
+
+class ConfigurationError(KernelError):
+    default_code = ErrorCode.INVALID_CONFIGURATION
+    default_message = "invalid configuration"
+
+
+class UsageError(KernelError):
+    default_code = ErrorCode.SCOPE_CLOSED
+    default_message = "API used in the wrong state"
+
+
+class DurabilityError(KernelError):
+    default_code = ErrorCode.STORE_ERROR
+    default_message = "the durable store failed"
+
+
+class LeaseLostError(DurabilityError):
+    default_code = ErrorCode.LEASE_LOST
+    default_message = "the thread lease was lost to another holder; nothing was written"
+    default_retryable = True
+
+
+class TurnConflictError(DurabilityError):
+    default_code = ErrorCode.TURN_ID_REUSED
+    default_message = "turn conflicts with a stored turn"
+
+
+class CheckpointCorruptError(DurabilityError):
+    default_code = ErrorCode.CHECKPOINT_CORRUPT
+    default_message = "a stored document cannot be read back"
+
+
+class StoreSchemaError(DurabilityError):
+    default_code = ErrorCode.STORE_SCHEMA_MISSING
+    default_message = "the store schema is missing or not supported"
+
+
+class EffectError(KernelError):
+    default_code = ErrorCode.EFFECT_UNCERTAIN
+    default_message = "effect error"
+
+
+class EffectUncertainError(EffectError):
+    default_code = ErrorCode.EFFECT_UNCERTAIN
+    default_message = (
+        "the external write may or may not have happened; it will not be retried automatically"
+    )
+
+
+class EffectNotAppliedError(EffectError):
+    """Raised by host code when it can prove the external write did not happen.
+
+    Only this error records the receipt as ``failed`` and permits a later retry.
+    """
+
+    default_code = ErrorCode.EFFECT_NOT_APPLIED
+    default_message = "the external write was not applied"
+
+
+class EffectConflictError(EffectError):
+    default_code = ErrorCode.IDEMPOTENCY_KEY_COLLISION
+    default_message = "the idempotency key is bound to another capability"
+
+
+class CheckpointIncompatibleError(KernelError):
+    default_code = ErrorCode.CHECKPOINT_INCOMPATIBLE
+    default_message = "the stored checkpoint is not compatible with this agent"
+
+
+class AgentCompilationError(KernelError):
+    default_code = ErrorCode.AGENT_COMPILATION_FAILED
+    default_message = "the agent definition is invalid"
+
+
+class ModelGatewayError(KernelError):
+    default_code = ErrorCode.MODEL_GATEWAY_FAILED
+    default_message = "the model gateway failed"
+    default_retryable = True

@@ -1,0 +1,125 @@
+"""Effect receipts: the durable record of one external write, keyed by its idempotency key.
+
+A receipt moves through these states (the ledger rules live in ``durability._ledger``)::
+
+    (none) ──prepare──> PREPARED ──returned──> COMPLETED      replayed, never called again
+                           │  ├─EffectNotAppliedError─> FAILED ──retry──> PREPARED (same id)
+                           │  └─anything else────────> UNCERTAIN        fail closed
+                           └─found at start (crash)──> UNCERTAIN
+    UNCERTAIN ──reconcile(completed)──> COMPLETED
+    UNCERTAIN ──reconcile(not_applied)─> FAILED
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+
+from .ids import validate_capability_id, validate_idempotency_key, validate_step_id
+
+__all__ = [
+    "EffectAuthority",
+    "EffectExecution",
+    "EffectIdentity",
+    "EffectReceipt",
+    "ReceiptStatus",
+    "ReconcileOutcome",
+    "ReconciliationRecord",
+]
+
+
+class ReceiptStatus(StrEnum):
+    PREPARED = "prepared"
+    """Durably recorded before the provider call; if found at the start of a call, the
+    previous attempt died mid-call and the outcome is unknown."""
+    COMPLETED = "completed"
+    """The provider returned; the stored value is replayed for every later call."""
+    FAILED = "failed"
+    """The host proved the write did not happen (``EffectNotAppliedError``); a retry may run."""
+    UNCERTAIN = "uncertain"
+    """The write may have happened; never retried automatically, reconciled by an operator."""
+
+
+ReconcileOutcome = Literal["completed", "not_applied"]
+
+
+@dataclass(frozen=True, slots=True)
+class EffectIdentity:
+    """What identifies one logical write: the key is the deduplication identity.
+
+    ``idempotency_key`` is the full ledger key (the kernel prefixes the capability id);
+    ``step_id`` is receipt metadata only.
+    """
+
+    idempotency_key: str
+    capability_id: str
+    step_id: str | None = None
+
+    def __post_init__(self) -> None:
+        validate_idempotency_key(self.idempotency_key)
+        validate_capability_id(self.capability_id)
+        if self.step_id is not None:
+            validate_step_id(self.step_id)
+
+
+@dataclass(frozen=True, slots=True)
+class EffectAuthority:
+    """Handed to the effect operation: pass ``idempotency_key`` to the provider.
+
+    ``receipt_id`` is allocated before the call and stays the same across retries of a
+    ``failed`` receipt, so it can also serve as a provider-side reference.
+    """
+
+    idempotency_key: str
+    receipt_id: str
+
+
+class EffectReceipt(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str
+    thread_id: str
+    idempotency_key: str
+    capability_id: str
+    turn_id: str
+    step_id: str | None = None
+    status: ReceiptStatus
+    value: JsonValue = None
+    error: str | None = Field(default=None, description="safe reason for failed/uncertain")
+    attempts: int = Field(ge=1)
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class EffectExecution:
+    """The result of ``run_effect``: the stored value and its receipt.
+
+    ``value`` is always the stored form (after the JSON round trip), so a first run and a
+    replay return equal values. ``replayed`` is true when the provider was not called.
+    """
+
+    value: JsonValue
+    receipt: EffectReceipt
+    replayed: bool
+
+
+class ReconciliationRecord(BaseModel):
+    """Audit entry for one operator resolution of an uncertain receipt."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str
+    thread_id: str
+    idempotency_key: str
+    receipt_id: str
+    previous_status: ReceiptStatus
+    outcome: ReconcileOutcome
+    value: JsonValue = None
+    note: str
+    actor: str
+    recorded_at: datetime

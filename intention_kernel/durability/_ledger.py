@@ -1,0 +1,183 @@
+"""Pure effect-ledger rules shared by every adapter (no I/O), so SQL adapters cannot drift.
+
+An adapter reads the stored receipt inside its transaction, asks ``start_effect`` what to do,
+writes the receipt it returns (if any), and commits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import Enum
+
+from pydantic import JsonValue
+
+from ..contracts.errors import (
+    EffectConflictError,
+    EffectNotAppliedError,
+    EffectUncertainError,
+    ErrorCode,
+)
+from ..contracts.ids import new_id
+from ..contracts.receipts import EffectIdentity, EffectReceipt, ReceiptStatus, ReconcileOutcome
+
+__all__ = [
+    "INTERRUPTED",
+    "EffectAction",
+    "EffectStart",
+    "finish_receipt",
+    "outcome_status",
+    "reconcile_receipt",
+    "start_effect",
+    "uncertain_error",
+]
+
+INTERRUPTED = "interrupted: a previous attempt did not finish"
+
+
+class EffectAction(Enum):
+    EXECUTE = "execute"
+    """``receipt`` (prepared) must be committed, then the operation called."""
+    REPLAY = "replay"
+    """``receipt`` is completed: return its value, call nothing."""
+    UNCERTAIN = "uncertain"
+    """``receipt`` is uncertain: raise ``EffectUncertainError``, call nothing."""
+
+
+@dataclass(frozen=True, slots=True)
+class EffectStart:
+    action: EffectAction
+    receipt: EffectReceipt
+    write: bool
+    """True when ``receipt`` differs from what is stored and must be written."""
+
+
+def start_effect(
+    existing: EffectReceipt | None,
+    identity: EffectIdentity,
+    *,
+    thread_id: str,
+    turn_id: str,
+    now: datetime,
+) -> EffectStart:
+    """Decide how a ``run_effect`` call starts, given the stored receipt for its key."""
+    if existing is None:
+        receipt = EffectReceipt(
+            id=new_id("rcpt"),
+            thread_id=thread_id,
+            idempotency_key=identity.idempotency_key,
+            capability_id=identity.capability_id,
+            turn_id=turn_id,
+            step_id=identity.step_id,
+            status=ReceiptStatus.PREPARED,
+            attempts=1,
+            created_at=now,
+            updated_at=now,
+        )
+        return EffectStart(EffectAction.EXECUTE, receipt, write=True)
+    if existing.capability_id != identity.capability_id:
+        raise EffectConflictError(
+            "this idempotency key is already used by another capability",
+            context={
+                "thread_id": thread_id,
+                "idempotency_key": identity.idempotency_key,
+                "capability_id": identity.capability_id,
+                "bound_capability_id": existing.capability_id,
+            },
+        )
+    if existing.status is ReceiptStatus.COMPLETED:
+        return EffectStart(EffectAction.REPLAY, existing, write=False)
+    if existing.status is ReceiptStatus.UNCERTAIN:
+        return EffectStart(EffectAction.UNCERTAIN, existing, write=False)
+    if existing.status is ReceiptStatus.PREPARED:
+        receipt = existing.model_copy(
+            update={"status": ReceiptStatus.UNCERTAIN, "error": INTERRUPTED, "updated_at": now}
+        )
+        return EffectStart(EffectAction.UNCERTAIN, receipt, write=True)
+    # FAILED: the host proved the write did not happen; retry with the same receipt id.
+    receipt = existing.model_copy(
+        update={
+            "status": ReceiptStatus.PREPARED,
+            "turn_id": turn_id,
+            "step_id": identity.step_id,
+            "error": None,
+            "attempts": existing.attempts + 1,
+            "updated_at": now,
+        }
+    )
+    return EffectStart(EffectAction.EXECUTE, receipt, write=True)
+
+
+def outcome_status(error: BaseException | None) -> ReceiptStatus:
+    """Status after the operation: only ``EffectNotAppliedError`` proves nothing happened."""
+    if error is None:
+        return ReceiptStatus.COMPLETED
+    if isinstance(error, EffectNotAppliedError):
+        return ReceiptStatus.FAILED
+    return ReceiptStatus.UNCERTAIN
+
+
+def finish_receipt(
+    prepared: EffectReceipt,
+    status: ReceiptStatus,
+    *,
+    value: JsonValue = None,
+    error: str | None = None,
+    now: datetime,
+) -> EffectReceipt:
+    """The receipt to store after the operation ended."""
+    return prepared.model_copy(
+        update={
+            "status": status,
+            "value": value if status is ReceiptStatus.COMPLETED else None,
+            "error": error,
+            "updated_at": now,
+        }
+    )
+
+
+def reconcile_receipt(
+    existing: EffectReceipt | None,
+    outcome: ReconcileOutcome,
+    *,
+    thread_id: str,
+    idempotency_key: str,
+    value: JsonValue,
+    now: datetime,
+) -> EffectReceipt:
+    """The receipt after an operator resolution; only ``uncertain`` receipts can be resolved."""
+    if existing is None:
+        raise EffectConflictError(
+            "no receipt exists for this key in this thread",
+            code=ErrorCode.RECEIPT_NOT_FOUND,
+            context={"thread_id": thread_id, "idempotency_key": idempotency_key},
+        )
+    if existing.status is not ReceiptStatus.UNCERTAIN:
+        raise EffectConflictError(
+            "only an uncertain receipt can be reconciled",
+            code=ErrorCode.RECEIPT_NOT_UNCERTAIN,
+            context={
+                "thread_id": thread_id,
+                "idempotency_key": idempotency_key,
+                "status": str(existing.status),
+            },
+        )
+    status = ReceiptStatus.COMPLETED if outcome == "completed" else ReceiptStatus.FAILED
+    error = None if outcome == "completed" else "reconciled: not applied"
+    return finish_receipt(existing, status, value=value, error=error, now=now)
+
+
+def uncertain_error(
+    receipt: EffectReceipt, *, code: ErrorCode | None = None
+) -> EffectUncertainError:
+    return EffectUncertainError(
+        code=code,
+        context={
+            "thread_id": receipt.thread_id,
+            "idempotency_key": receipt.idempotency_key,
+            "receipt_id": receipt.id,
+            "capability_id": receipt.capability_id,
+            "since": receipt.updated_at.isoformat(),
+            "reason": receipt.error,
+        },
+    )

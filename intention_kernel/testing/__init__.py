@@ -1,0 +1,17 @@
+"""Public test helpers. ``MemoryDurability`` is the in-process, test-only adapter.
+
+The adapter conformance suite lives in ``intention_kernel.testing.conformance`` (it needs the
+``testing`` extra: pytest and hypothesis).
+"""
+
+from ..durability.crashpoints import CrashPoint, SimulatedCrash, crash_hook, raise_at
+from ..durability.memory import MemoryDurability, MemoryStore
+
+__all__ = [
+    "CrashPoint",
+    "MemoryDurability",
+    "MemoryStore",
+    "SimulatedCrash",
+    "crash_hook",
+    "raise_at",
+]
