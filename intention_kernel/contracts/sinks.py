@@ -4,12 +4,16 @@ A sink reports one outcome per event instead of raising, so the relay can acknow
 went out, retry what may go out later and dead-letter what never will:
 
 * ``ok``: the sink durably accepted the event (broker ack, 2xx, fsync);
-* ``retry``: not accepted now (unreachable, timeout, overloaded); try again after a backoff;
-* ``reject``: never acceptable (malformed for the receiver, refused signature); dead-letter it.
+* ``retry``: this event failed for now (server error, timeout on a live connection); it counts
+  as an attempt, is retried after a backoff and is dead-lettered after ``max_attempts``;
+* ``reject``: never acceptable (refused by the receiver, too large); dead-letter it at once;
+* ``unavailable``: the sink itself is down (connection refused, broker gone). Not the event's
+  fault: the relay releases the batch without counting an attempt and pauses with backoff, so
+  an outage never dead-letters the backlog.
 
 The relay hands ``publish`` at most one event per thread per call, so a sink may send the events
-of one call concurrently without breaking per-thread order. Consumers deduplicate by event id:
-delivery is at least once.
+of one call concurrently without breaking per-thread order. Delivery is at least once:
+consumers deduplicate by event id.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ class OutcomeKind(StrEnum):
     OK = "ok"
     RETRY = "retry"
     REJECT = "reject"
+    UNAVAILABLE = "unavailable"
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,11 +48,15 @@ class PublishOutcome:
 
     @classmethod
     def retry(cls, reason: str) -> PublishOutcome:
-        return cls(OutcomeKind.RETRY, reason, ErrorCode.SINK_UNAVAILABLE)
+        return cls(OutcomeKind.RETRY, reason, ErrorCode.SINK_FAILED)
 
     @classmethod
     def reject(cls, reason: str) -> PublishOutcome:
         return cls(OutcomeKind.REJECT, reason, ErrorCode.SINK_REJECTED)
+
+    @classmethod
+    def unavailable(cls, reason: str) -> PublishOutcome:
+        return cls(OutcomeKind.UNAVAILABLE, reason, ErrorCode.SINK_UNAVAILABLE)
 
     def describe(self) -> str:
         """The text recorded as the event's ``last_error``."""
@@ -63,7 +72,7 @@ class EventSink(Protocol):
     async def publish(self, events: Sequence[KernelEvent]) -> list[PublishOutcome]:
         """Publish ``events`` (at most one per thread); one outcome per event, same order.
 
-        Must not raise for delivery problems: report them as ``retry`` or ``reject``.
+        Must not raise for delivery problems: report them as outcomes.
         """
         ...
 

@@ -6,9 +6,11 @@ The adapter conformance suite lives in ``intention_kernel.testing.conformance`` 
 
 from ..durability.crashpoints import CrashPoint, SimulatedCrash, crash_hook, raise_at
 from ..durability.memory import MemoryDurability, MemoryStore
+from .events import EventCollector
 
 __all__ = [
     "CrashPoint",
+    "EventCollector",
     "MemoryDurability",
     "MemoryStore",
     "SimulatedCrash",
