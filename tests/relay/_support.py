@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from intention_kernel.contracts import KernelEvent
 from intention_kernel.relay import Backoff, OutboxRelay
@@ -42,13 +42,13 @@ async def run_until_drained(
     store: MemoryDurability,
     relays: Sequence[OutboxRelay],
     *,
-    timeout: float = 30.0,
+    within: float = 30.0,
     running: Sequence[asyncio.Task[None]] | None = None,
 ) -> None:
     """Run the relays (unless ``running`` are their tasks) until nothing is pending, then stop
     them gracefully."""
     tasks = list(running) if running is not None else [asyncio.create_task(r.run()) for r in relays]
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + within
     try:
         while True:
             stats = await store.outbox_stats()
@@ -63,3 +63,12 @@ async def run_until_drained(
         for relay in relays:
             relay.stop()
         await asyncio.wait_for(asyncio.gather(*tasks), 10)
+
+
+async def eventually(predicate: Callable[[], bool], *, within: float = 5.0) -> None:
+    """Poll ``predicate`` until it holds (fails the test after ``within`` seconds)."""
+    for _ in range(int(within / 0.005)):
+        if predicate():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError("condition not reached in time")

@@ -12,7 +12,7 @@ from intention_kernel.relay import Backoff, OutboxRelay, PublishOutcome
 from intention_kernel.testing import EventCollector, MemoryDurability
 from intention_kernel.testing.outbox_conformance import commit_events
 
-from ._support import FAST, commit_workload, first_delivery_order, run_until_drained
+from ._support import FAST, commit_workload, eventually, first_delivery_order, run_until_drained
 
 
 async def test_three_relays_deliver_10000_events_once_each_in_thread_order() -> None:
@@ -70,8 +70,7 @@ async def test_relay_killed_between_ack_and_mark_redelivers_with_the_same_ids() 
     sink.hold = asyncio.Event()
     doomed = OutboxRelay(store, sink, relay_id="doomed", batch_size=10, claim_ttl=0.3)
     task = asyncio.create_task(doomed.run_once())
-    while not sink.events:
-        await asyncio.sleep(0.005)
+    await eventually(lambda: bool(sink.events))
     acked_before_crash = [event.id for event in sink.events]
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -182,8 +181,7 @@ async def test_graceful_stop_finishes_the_round_and_releases_the_rest() -> None:
     sink.hold = asyncio.Event()
     relay = OutboxRelay(store, sink, relay_id="r1", claim_ttl=60)
     task = asyncio.create_task(relay.run())
-    while not sink.events:
-        await asyncio.sleep(0.005)
+    await eventually(lambda: bool(sink.events))
     relay.stop()
     sink.hold.set()
     await asyncio.wait_for(task, 5)
@@ -213,10 +211,7 @@ async def test_wake_delivers_without_waiting_for_the_poll_interval() -> None:
     await asyncio.sleep(0.05)
     await commit_events(store, "t1", "turn-1", 1)
     relay.wake()
-    for _ in range(100):
-        if sink.events:
-            break
-        await asyncio.sleep(0.01)
+    await eventually(lambda: bool(sink.events), within=1)
     relay.stop()
     await asyncio.wait_for(task, 2)
     assert len(sink.events) == 1
@@ -239,10 +234,7 @@ async def test_a_store_notifier_wakes_the_relay() -> None:
     await asyncio.sleep(0.05)
     await commit_events(store, "t1", "turn-1", 1)
     store.committed.set()
-    for _ in range(100):
-        if sink.events:
-            break
-        await asyncio.sleep(0.01)
+    await eventually(lambda: bool(sink.events), within=1)
     relay.stop()
     await asyncio.wait_for(task, 2)
     assert len(sink.events) == 1
