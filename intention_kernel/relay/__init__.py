@@ -12,6 +12,7 @@ from ..contracts.outbox import OutboxNotifier, OutboxSource, OutboxStats
 from ..contracts.sinks import EventSink, OutcomeKind, PublishOutcome
 from ._backoff import Backoff
 from ._relay import BatchReport, OutboxRelay, RelayStats
+from ._sources import open_source, register_source
 from .signing import sign, verify_signature
 from .sinks import SINK_SCHEMES, open_sink
 
@@ -28,6 +29,8 @@ __all__ = [
     "PublishOutcome",
     "RelayStats",
     "open_sink",
+    "open_source",
+    "register_source",
     "sign",
     "verify_signature",
 ]
