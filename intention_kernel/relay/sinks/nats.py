@@ -33,6 +33,7 @@ __all__ = ["NatsSink", "from_url"]
 
 _SUBJECT = re.compile(r"^[A-Za-z0-9_\-]+(\.[A-Za-z0-9_\-]+)*$")
 _STREAM = re.compile(r"^[A-Za-z0-9_\-]{1,200}$")
+_CONNECT_TIMEOUT = 2
 
 
 async def _quiet(*_: Any) -> None:
@@ -98,15 +99,18 @@ class NatsSink:
         async with self._connecting:
             if self._nc is None or not self._nc.is_connected:
                 await self._reset()
-                self._nc = await nats.connect(
-                    servers=[self.server],
-                    connect_timeout=2,
-                    allow_reconnect=False,
-                    max_reconnect_attempts=0,
-                    error_cb=_quiet,
-                    disconnected_cb=_quiet,
-                    closed_cb=_quiet,
-                )
+                # One attempt, bounded: the relay owns retries (with backoff), not the driver.
+                async with asyncio.timeout(_CONNECT_TIMEOUT + 1):
+                    self._nc = await nats.connect(
+                        servers=[self.server],
+                        connect_timeout=_CONNECT_TIMEOUT,
+                        allow_reconnect=False,
+                        max_reconnect_attempts=1,
+                        reconnect_time_wait=0,
+                        error_cb=_quiet,
+                        disconnected_cb=_quiet,
+                        closed_cb=_quiet,
+                    )
             if self._js is None:
                 js = self._nc.jetstream(timeout=self.timeout)
                 await self._ensure_stream(js)
