@@ -33,7 +33,8 @@ async def redis_stream() -> AsyncIterator[tuple[aioredis.Redis, str]]:
 
 async def read_stream(client: aioredis.Redis, stream: str) -> list[KernelEvent]:
     events = []
-    for _, fields in await client.xrange(stream):
+    entries: list[tuple[bytes, dict[bytes, bytes]]] = await client.xrange(stream)  # type: ignore[assignment]
+    for _, fields in entries:
         event = KernelEvent.model_validate_json(fields[b"event"])
         assert fields[b"id"].decode() == event.id
         assert fields[b"thread_id"].decode() == event.thread_id
