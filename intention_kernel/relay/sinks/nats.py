@@ -51,6 +51,7 @@ class NatsSink:
         timeout: float = 5.0,
     ) -> None:
         self.server = server
+        self.shown_server = server.rsplit("@", 1)[-1]  # for messages: never the credentials
         self.subject = subject
         self.stream = stream
         self.dedupe_window = dedupe_window
@@ -66,7 +67,7 @@ class NatsSink:
             return [PublishOutcome.unavailable(exc.message)] * len(events)
         except (OSError, TimeoutError, nats.errors.Error) as exc:
             await self._reset()
-            reason = f"NATS unreachable at {self.server}: {type(exc).__name__}"
+            reason = f"NATS unreachable at {self.shown_server}: {type(exc).__name__}"
             return [PublishOutcome.unavailable(reason)] * len(events)
         outcomes = list(await asyncio.gather(*(self._publish_one(js, e) for e in events)))
         if self._nc is not None and not self._nc.is_connected:
