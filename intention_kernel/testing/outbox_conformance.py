@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import random
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol, TypeVar
@@ -56,6 +57,9 @@ class OutboxHarness(ABC):
 
     claim_ttl: float = 0.4
     """A short claim lease (seconds) the expiry tests wait out."""
+
+    random_programs: int = 3
+    """How many seeded random operation sequences the claim-rule test runs."""
 
     def __init__(self) -> None:
         self._opened: list[OutboxStore] = []
@@ -356,3 +360,94 @@ class OutboxSourceConformance:
         assert await reopened.claim("relay-b", limit=100, lease=30) == []  # still claimed
         assert await reopened.release("relay-a", [batch[1].position]) == 1
         assert _keys(await reopened.claim("relay-b", limit=100, lease=30)) == [("t1", "turn-1", 1)]
+
+    @outbox_test
+    async def test_outbox_random_programs_keep_the_claim_rule(self, h: OutboxHarness) -> None:
+        """Seeded random commits, claims by three relays, acks, failures and releases; after
+        every claim: no event is claimed twice, each thread's part is a prefix of its open
+        events, nothing backing off is returned, and something is returned when possible."""
+        for seed in range(h.random_programs):
+            await _random_program(await h.open(), random.Random(seed), seed)
+
+
+async def _random_program(store: OutboxStore, rng: random.Random, seed: int) -> None:
+    thread_of: dict[int, str] = {}
+    done: set[int] = set()  # delivered or dead
+    waiting: set[int] = set()  # failed with a long retry time
+    held: dict[int, str] = {}  # live claims (long leases: none expire during the program)
+    turns = 0
+    relays = ("relay-a", "relay-b", "relay-c")
+    for step in range(120):
+        action = rng.random()
+        if action < 0.25:
+            thread_id = f"s{seed}-t{rng.randrange(4)}"
+            turns += 1
+            await commit_events(store, thread_id, f"turn-{turns:04d}", rng.randint(1, 3))
+            for stored in await store.read_outbox(thread_id=thread_id):
+                thread_of.setdefault(stored.position, thread_id)
+            continue
+        if action < 0.6 or not held:
+            relay = rng.choice(relays)
+            batch = await store.claim(relay, limit=rng.randint(1, 6), lease=600)
+            _check_claim(batch, thread_of, done, waiting, held, step)
+            held.update((e.position, relay) for e in batch)
+            continue
+        position = rng.choice(sorted(held))
+        relay = held.pop(position)
+        later = sorted(p for p in held if thread_of[p] == thread_of[position] and p > position)
+        choice = rng.random()
+        if choice < 0.5:
+            assert await store.mark_delivered(relay, [position]) == 1
+            done.add(position)
+        elif choice < 0.8:
+            permanent = rng.random() < 0.3
+            retry_in = 0.0 if rng.random() < 0.5 else 3600.0
+            failed = await store.record_failure(
+                relay, position, error="x", retry_in=retry_in, max_attempts=3, permanent=permanent
+            )
+            assert failed is not None
+            if failed.dead:
+                done.add(position)
+            elif retry_in:
+                waiting.add(position)
+            # Later events of the thread must not go before this one: give them back.
+            assert await store.release(relay, later) == len(later)
+            for p in later:
+                held.pop(p)
+        else:
+            assert await store.release(relay, [position, *later]) == 1 + len(later)
+            for p in later:
+                held.pop(p)
+
+
+def _check_claim(
+    batch: list[StoredEvent],
+    thread_of: dict[int, str],
+    done: set[int],
+    waiting: set[int],
+    held: dict[int, str],
+    step: int,
+) -> None:
+    positions = [e.position for e in batch]
+    assert positions == sorted(positions), step
+    chosen = set(positions)
+    for stored in batch:
+        position = stored.position
+        assert position not in held, f"step {step}: {position} claimed twice"
+        assert position not in done and position not in waiting, step
+        thread_id = thread_of[position]
+        for earlier, owner in thread_of.items():
+            if owner == thread_id and earlier < position and earlier not in done:
+                assert earlier in chosen, f"step {step}: {position} claimed before {earlier}"
+    blocked: set[str] = set()
+    claimable = False
+    for position in sorted(thread_of):
+        thread_id = thread_of[position]
+        if position in done or thread_id in blocked:
+            continue
+        if position in held or position in waiting:
+            blocked.add(thread_id)
+            continue
+        claimable = True
+        break
+    assert claimable == bool(batch), f"step {step}: claim returned {positions}"
