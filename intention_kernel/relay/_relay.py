@@ -99,8 +99,8 @@ class OutboxRelay:
         if not isinstance(max_attempts, int) or max_attempts < 1:
             raise ConfigurationError("max_attempts must be a positive integer")
         publish_timeout = claim_ttl / 3 if publish_timeout is None else publish_timeout
-        if not 0 < publish_timeout < claim_ttl:
-            raise ConfigurationError("publish_timeout must be positive and below claim_ttl")
+        if not 0 < publish_timeout < claim_ttl * 0.9:
+            raise ConfigurationError("publish_timeout must be positive and below 0.9 * claim_ttl")
         self.source = source
         self.sink = sink
         self.relay_id = relay_id or new_id("relay")
@@ -120,7 +120,8 @@ class OutboxRelay:
     # ---------------------------------------------------------------- control
 
     def stop(self) -> None:
-        """Ask ``run()`` to finish the current round, release the rest and return."""
+        """Ask ``run()`` to finish the current round, release the rest and return. A stopped
+        relay stays stopped; create a new one to start again."""
         self._stopping.set()
 
     @property
@@ -165,6 +166,9 @@ class OutboxRelay:
         report = BatchReport()
         if self._stopping.is_set():
             return report
+        # The store starts the lease after this moment, so a deadline from here is safe; the
+        # margin covers the last mark and clock drift between relay and store.
+        deadline = time.monotonic() + self.claim_ttl * 0.9 - self.publish_timeout
         batch = await self.source.claim(self.relay_id, limit=self.batch_size, lease=self.claim_ttl)
         report.claimed = len(batch)
         if not batch:
@@ -173,7 +177,6 @@ class OutboxRelay:
         queues: dict[str, deque[StoredEvent]] = {}
         for stored in batch:
             queues.setdefault(stored.event.thread_id, deque()).append(stored)
-        deadline = time.monotonic() + self.claim_ttl - self.publish_timeout
         while queues and not self._stopping.is_set() and not report.sink_unavailable:
             if time.monotonic() >= deadline:  # the claim would expire mid-round: give it back
                 break
