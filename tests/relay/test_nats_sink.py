@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator
+from collections import Counter
+from collections.abc import AsyncIterator, Sequence
 
 import nats
 import nats.js.errors
@@ -13,7 +14,14 @@ import pytest
 from nats.js import JetStreamContext
 
 from intention_kernel.contracts import KernelEvent
-from intention_kernel.relay import Backoff, OutboxRelay, OutcomeKind, open_sink
+from intention_kernel.relay import (
+    Backoff,
+    EventSink,
+    OutboxRelay,
+    OutcomeKind,
+    PublishOutcome,
+    open_sink,
+)
 from intention_kernel.relay.sinks.nats import NatsSink
 from intention_kernel.testing import MemoryDurability
 
@@ -159,3 +167,49 @@ async def test_nats_subject_owned_by_another_stream_is_reported(
         await sink.close()
     assert outcomes[0].kind is OutcomeKind.UNAVAILABLE
     assert "another stream" in outcomes[0].reason
+
+
+class AckThenHang:
+    """Publishes through the real NATS sink, then hangs once: a relay dying after the broker
+    acknowledged a batch but before it was marked delivered."""
+
+    def __init__(self, sink: EventSink) -> None:
+        self.sink = sink
+        self.published: Counter[str] = Counter()
+        self.hang = True
+
+    async def publish(self, events: Sequence[KernelEvent]) -> list[PublishOutcome]:
+        outcomes = await self.sink.publish(events)
+        self.published.update(e.id for e, o in zip(events, outcomes, strict=True) if o.kind == "ok")
+        if self.hang:
+            await asyncio.Event().wait()
+        return outcomes
+
+    async def close(self) -> None:
+        await self.sink.close()
+
+
+async def test_nats_relay_killed_after_ack_redelivers_and_the_stream_dedupes(
+    jetstream: tuple[JetStreamContext, str, str],
+) -> None:
+    js, subject, stream = jetstream
+    store = MemoryDurability()
+    committed = await commit_workload(store, threads=4, turns=3, per_turn=2)
+    sink = AckThenHang(open_sink(f"nats://127.0.0.1:{NATS_PORT}/{subject}?stream={stream}"))
+    doomed = OutboxRelay(store, sink, relay_id="doomed", claim_ttl=0.3)
+    task = asyncio.create_task(doomed.run_once())
+    try:
+        await eventually(lambda: bool(sink.published))
+        task.cancel()  # like kill -9: nothing more is written, the claim has to expire
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        acked_before_crash = set(sink.published)
+        sink.hang = False
+        await asyncio.sleep(0.35)
+        await run_until_drained(store, [OutboxRelay(store, sink, poll_interval=0.01)])
+    finally:
+        await sink.close()
+    assert all(sink.published[i] == 2 for i in acked_before_crash)  # re-published, same id
+    events = await stored_events(js, stream)
+    assert len(events) == 24 and len({e.id for e in events}) == 24  # stored once each
+    assert first_delivery_order(events) == committed
