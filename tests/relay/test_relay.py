@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from intention_kernel.contracts import ConfigurationError, ErrorCode
+from intention_kernel.contracts import ConfigurationError, DurabilityError, ErrorCode, StoredEvent
 from intention_kernel.relay import Backoff, OutboxRelay, PublishOutcome
 from intention_kernel.testing import EventCollector, MemoryDurability
 from intention_kernel.testing.outbox_conformance import commit_events
@@ -278,3 +278,31 @@ def test_backoff_grows_and_is_capped() -> None:
     assert len(jittered) > 1
     with pytest.raises(ConfigurationError):
         Backoff(initial=5, maximum=1)
+
+
+class StoreOutage:
+    """Fault injection: the store's ``claim`` fails ``failures`` times, then recovers."""
+
+    def __init__(self, store: MemoryDurability, failures: int) -> None:
+        self.store = store
+        self.failures = failures
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.store, name)
+
+    async def claim(self, relay_id: str, *, limit: int, lease: float) -> list[StoredEvent]:
+        if self.failures:
+            self.failures -= 1
+            raise DurabilityError("store unavailable", code=ErrorCode.STORE_UNAVAILABLE)
+        return await self.store.claim(relay_id, limit=limit, lease=lease)
+
+
+async def test_a_store_outage_backs_off_instead_of_crashing() -> None:
+    store = MemoryDurability()
+    committed = await commit_workload(store, threads=2, turns=2, per_turn=2)
+    sink = EventCollector()
+    source = StoreOutage(store, failures=3)
+    relay = OutboxRelay(source, sink, backoff=FAST, poll_interval=0.01)  # type: ignore[arg-type]
+    await run_until_drained(store, [relay])
+    assert relay.stats.source_errors == 3
+    assert first_delivery_order(sink.events) == committed
