@@ -106,6 +106,11 @@ class ErrorCode(StrEnum):
     AGENT_COMPILATION_FAILED = "AGENT_COMPILATION_FAILED"
     MODEL_GATEWAY_FAILED = "MODEL_GATEWAY_FAILED"
 
+    INVALID_SINK_URL = "INVALID_SINK_URL"
+    SINK_UNAVAILABLE = "SINK_UNAVAILABLE"
+    SINK_FAILED = "SINK_FAILED"
+    SINK_REJECTED = "SINK_REJECTED"
+
 
 class KernelError(Exception):
     """Root of every error raised by intention-kernel.

@@ -32,6 +32,7 @@ from ._documents import decode_model, encode_model
 from ._engine import DurabilityEngine, Lease, StoredTurn
 from ._ledger import EffectStart, reconcile_receipt, start_effect
 from ._listing import check_limit
+from ._memory_outbox import Delivery, MemoryOutboxSource
 from .crashpoints import CrashPoint, crash_point
 
 __all__ = ["MemoryDurability", "MemoryStore"]
@@ -52,13 +53,16 @@ class MemoryStore:
     heads: dict[str, tuple[int, str]] = field(default_factory=dict)  # revision, turn_id
     receipts: dict[tuple[str, str], str] = field(default_factory=dict)
     epochs: dict[str, int] = field(default_factory=dict)
-    outbox: list[str] = field(default_factory=list)
+    outbox: list[str | None] = field(default_factory=list)  # None once pruned
+    deliveries: dict[int, Delivery] = field(default_factory=dict)  # by outbox position
+    relay_floor: int = 1  # every position below is delivered, dead or pruned
     reconciliations: list[str] = field(default_factory=list)
     locks: dict[str, asyncio.Lock] = field(default_factory=dict)
 
 
-class MemoryDurability(DurabilityEngine):
-    """In-process durability for tests. Implements every rule of the contract in one process."""
+class MemoryDurability(DurabilityEngine, MemoryOutboxSource):
+    """In-process durability for tests. Implements every rule of the contract in one process,
+    and ``OutboxSource`` for the relay."""
 
     def __init__(
         self,
@@ -292,14 +296,16 @@ class MemoryDurability(DurabilityEngine):
         check_limit(limit, maximum=10_000)
         events: list[StoredEvent] = []
         for position, text in enumerate(self.store.outbox, start=1):
-            if position <= after_position:
+            if position <= after_position or text is None:
                 continue
             event = decode_model(KernelEvent, text, what="outbox event")
             if thread_id is not None and event.thread_id != thread_id:
                 continue
             if turn_id is not None and event.turn_id != turn_id:
                 continue
-            events.append(StoredEvent(event=event, position=position))
+            stored = self._stored(position, event)
+            assert stored is not None
+            events.append(stored)
             if len(events) >= limit:
                 break
         return events

@@ -1,14 +1,18 @@
 """Public test helpers. ``MemoryDurability`` is the in-process, test-only adapter.
 
-The adapter conformance suite lives in ``intention_kernel.testing.conformance`` (it needs the
-``testing`` extra: pytest and hypothesis).
+``EventCollector`` is an in-memory ``EventSink`` for relay tests. The outbox-source suite is
+``intention_kernel.testing.outbox_conformance``. The adapter conformance suite lives in
+``intention_kernel.testing.conformance`` (both need the ``testing`` extra: pytest and
+hypothesis).
 """
 
 from ..durability.crashpoints import CrashPoint, SimulatedCrash, crash_hook, raise_at
 from ..durability.memory import MemoryDurability, MemoryStore
+from .events import EventCollector
 
 __all__ = [
     "CrashPoint",
+    "EventCollector",
     "MemoryDurability",
     "MemoryStore",
     "SimulatedCrash",

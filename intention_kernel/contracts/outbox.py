@@ -1,0 +1,136 @@
+"""``OutboxSource``: what the outbox relay needs from a store.
+
+A store that keeps committed outbox events implements this protocol so one or more relays can
+deliver them at least once, in order per thread. Every method is one short transaction; no
+transaction stays open while a sink publishes. Times (claim expiry, retry time, ages) are taken
+from the store's own clock (SQL ``now()``), never from the relay's.
+
+Delivery state of an event (by its ``position``, the store-wide commit order)::
+
+    pending --claim--> claimed --mark_delivered--> delivered --prune--> (gone)
+       ^                  |  \\--record_failure (attempts < max)--> pending, due after retry_in
+       |                  |  \\--record_failure (attempts >= max or permanent)--> dead
+       |                  \\--release / claim expired--> pending (attempts unchanged)
+       \\------------------------ requeue(dead) <--------------------------------/
+
+**Claim rule.** ``claim(relay_id, limit, lease)`` returns, in position order, at most ``limit``
+events that are neither delivered nor dead, where each returned event ``e``:
+
+* is not claimed by a live claim (any relay, including this one; an expired claim counts as no
+  claim, so a killed relay's events come back after ``lease`` seconds with the same event id);
+* is due (``next attempt time <= now``, or never failed);
+* has no earlier event of its thread (lower position) that is neither delivered nor dead, unless
+  that earlier event is returned in the same batch. So a batch holds, per thread, a prefix of the
+  thread's undelivered sequence; an event that is backing off, or claimed by another relay, holds
+  back the later events of its own thread only. Dead events do not hold their thread back.
+
+The returned events are claimed by ``relay_id`` until ``now + lease``. Two relays never hold a
+live claim on the same event. PostgreSQL can implement ``claim`` with a short transaction over
+``FOR UPDATE SKIP LOCKED`` on the candidates plus claim columns (``claimed_by``,
+``claimed_until``), excluding threads that have an earlier undelivered, non-dead row that is not
+a candidate; SQLite (one writer) with one ``BEGIN IMMEDIATE`` transaction.
+
+**After publishing**, the relay calls ``mark_delivered`` only for events the sink acknowledged,
+``record_failure`` for the first failed event of a thread, and ``release`` for the rest of that
+thread's batch. ``mark_delivered`` is idempotent and does not require the claim (the sink acked,
+so it is true); ``record_failure`` and ``release`` apply only while ``relay_id`` still holds the
+claim and return whether they did.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from .events import StoredEvent
+
+__all__ = ["OutboxNotifier", "OutboxSource", "OutboxStats"]
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxStats:
+    """Delivery backlog of an outbox, for monitoring and the ``stats`` command."""
+
+    pending: int
+    """Neither delivered nor dead (claimed events included)."""
+    claimed: int
+    """Pending events under a live claim."""
+    dead: int
+    """Dead-lettered events waiting for an operator (``requeue``)."""
+    delivered: int
+    """Delivered events not yet pruned."""
+    oldest_pending_age: float | None
+    """Seconds since the oldest pending event occurred (``None`` when nothing is pending)."""
+
+
+@runtime_checkable
+class OutboxSource(Protocol):
+    """Claim, acknowledge, fail, re-queue and prune outbox events (see the module docstring)."""
+
+    async def claim(self, relay_id: str, *, limit: int, lease: float) -> list[StoredEvent]:
+        """Claim up to ``limit`` deliverable events for ``lease`` seconds, in position order.
+
+        ``StoredEvent.attempts`` and ``last_error`` reflect earlier failed attempts.
+        """
+        ...
+
+    async def mark_delivered(self, relay_id: str, positions: Sequence[int]) -> int:
+        """Record that the sink acknowledged these events; returns how many changed state.
+
+        Clears the claim, sets ``delivered_at`` (idempotent: already delivered rows keep theirs).
+        """
+        ...
+
+    async def record_failure(
+        self,
+        relay_id: str,
+        position: int,
+        *,
+        error: str,
+        retry_in: float,
+        max_attempts: int,
+        permanent: bool = False,
+    ) -> StoredEvent | None:
+        """Count a failed attempt and release the claim.
+
+        ``attempts += 1`` and ``last_error = error``; the event is dead-lettered when
+        ``permanent`` or ``attempts >= max_attempts``, otherwise it becomes due again after
+        ``retry_in`` seconds. Returns the updated event, or ``None`` when ``relay_id`` no longer
+        holds the claim (nothing recorded: another relay owns the event now).
+        """
+        ...
+
+    async def release(self, relay_id: str, positions: Sequence[int]) -> int:
+        """Give back claims without counting an attempt (graceful stop, held-back events)."""
+        ...
+
+    async def requeue(
+        self, positions: Sequence[int] | None = None, *, thread_id: str | None = None
+    ) -> int:
+        """Make dead events pending again (all, by position, or by thread); ``attempts`` restarts
+        at 0 and ``last_error`` is kept for the record. Returns how many were re-queued."""
+        ...
+
+    async def dead_letters(self, *, limit: int = 100) -> list[StoredEvent]:
+        """Dead events in position order, with their attempts and reason (``last_error``)."""
+        ...
+
+    async def prune(self, older_than: float) -> int:
+        """Delete events delivered more than ``older_than`` seconds ago; pending and dead events
+        are always kept. Returns how many were deleted."""
+        ...
+
+    async def outbox_stats(self) -> OutboxStats: ...
+
+
+@runtime_checkable
+class OutboxNotifier(Protocol):
+    """Optional: a store that can wake relays when events commit (e.g. PostgreSQL NOTIFY).
+
+    A hint only: relays still poll with a bounded interval, since notifications can be missed.
+    """
+
+    async def wait_for_events(self, max_wait: float) -> None:
+        """Return when new events may have been committed, or after ``max_wait`` seconds."""
+        ...

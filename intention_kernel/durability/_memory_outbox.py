@@ -1,0 +1,261 @@
+"""The ``OutboxSource`` half of ``MemoryDurability`` (test-only), kept apart from the turn engine.
+
+Delivery state lives per outbox position in ``MemoryStore.deliveries``, created lazily from the
+stored JSON. Each method runs without awaiting, so it is atomic within one event loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from ..contracts.errors import InvalidInputError
+from ..contracts.events import KernelEvent, StoredEvent
+from ..contracts.outbox import OutboxStats
+from ._documents import decode_model
+
+if TYPE_CHECKING:
+    from .memory import MemoryStore
+
+__all__ = ["Delivery", "MemoryOutboxSource"]
+
+
+@dataclass(slots=True)
+class Delivery:
+    """Delivery state of one outbox position."""
+
+    thread_id: str
+    occurred_at: datetime
+    delivered_at: datetime | None = None
+    attempts: int = 0
+    last_error: str | None = None
+    dead: bool = False
+    next_attempt_at: datetime | None = None
+    claimed_by: str | None = None
+    claimed_until: datetime | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.delivered_at is not None or self.dead
+
+    def claimed(self, now: datetime) -> bool:
+        return self.claimed_until is not None and self.claimed_until > now
+
+    def held_by(self, relay_id: str, now: datetime) -> bool:
+        return self.claimed_by == relay_id and self.claimed(now)
+
+    def unclaim(self) -> None:
+        self.claimed_by = None
+        self.claimed_until = None
+
+
+def _check_relay_id(relay_id: str) -> None:
+    if not isinstance(relay_id, str) or not relay_id or len(relay_id) > 200:
+        raise InvalidInputError("relay_id must be a non-empty string of at most 200 characters")
+
+
+def _check_seconds(value: float, name: str) -> None:
+    if not isinstance(value, int | float) or value < 0:
+        raise InvalidInputError(f"{name} must be a number of seconds >= 0")
+
+
+class MemoryOutboxSource:
+    """``OutboxSource`` over a ``MemoryStore``; mixed into ``MemoryDurability``."""
+
+    store: MemoryStore
+
+    if TYPE_CHECKING:
+
+        def _now(self) -> datetime: ...  # the durability engine's clock
+
+    # ---------------------------------------------------------------- state
+
+    def _event(self, position: int) -> KernelEvent | None:
+        text = self.store.outbox[position - 1]
+        return None if text is None else decode_model(KernelEvent, text, what="outbox event")
+
+    def _delivery(self, position: int) -> Delivery | None:
+        """The delivery state of ``position`` (``None`` once pruned)."""
+        state = self.store.deliveries.get(position)
+        if state is None:
+            event = self._event(position)
+            if event is None:
+                return None
+            state = Delivery(event.thread_id, event.occurred_at)
+            self.store.deliveries[position] = state
+        return state
+
+    def _stored(self, position: int, event: KernelEvent | None = None) -> StoredEvent | None:
+        event = event or self._event(position)
+        state = self._delivery(position)
+        if event is None or state is None:
+            return None
+        return StoredEvent(
+            event=event,
+            position=position,
+            delivered_at=state.delivered_at,
+            attempts=state.attempts,
+            last_error=state.last_error,
+            dead=state.dead,
+        )
+
+    def _advance_floor(self) -> int:
+        """Skip the prefix of positions that are delivered, dead or pruned."""
+        floor = self.store.relay_floor
+        while floor <= len(self.store.outbox):
+            state = self._delivery(floor)
+            if state is not None and not state.done:
+                break
+            floor += 1
+        self.store.relay_floor = floor
+        return floor
+
+    # ---------------------------------------------------------------- OutboxSource
+
+    async def claim(self, relay_id: str, *, limit: int, lease: float) -> list[StoredEvent]:
+        _check_relay_id(relay_id)
+        _check_seconds(lease, "lease")
+        if not isinstance(limit, int) or limit < 1:
+            raise InvalidInputError("limit must be a positive integer")
+        now = self._now()
+        until = now + timedelta(seconds=lease)
+        held_back: set[str] = set()
+        chosen: list[int] = []
+        for position in range(self._advance_floor(), len(self.store.outbox) + 1):
+            if len(chosen) >= limit:
+                break
+            state = self._delivery(position)
+            if state is None or state.done or state.thread_id in held_back:
+                continue
+            due = state.next_attempt_at is None or state.next_attempt_at <= now
+            if state.claimed(now) or not due:
+                held_back.add(state.thread_id)
+                continue
+            chosen.append(position)
+        claimed: list[StoredEvent] = []
+        for position in chosen:
+            state = self.store.deliveries[position]
+            state.claimed_by, state.claimed_until = relay_id, until
+            stored = self._stored(position)
+            assert stored is not None
+            claimed.append(stored)
+        return claimed
+
+    async def mark_delivered(self, relay_id: str, positions: Sequence[int]) -> int:
+        _check_relay_id(relay_id)
+        now = self._now()
+        changed = 0
+        for position in positions:
+            state = self._delivery_at(position)
+            if state is None or state.delivered_at is not None:
+                continue
+            state.delivered_at = now
+            state.dead = False
+            state.unclaim()
+            changed += 1
+        return changed
+
+    async def record_failure(
+        self,
+        relay_id: str,
+        position: int,
+        *,
+        error: str,
+        retry_in: float,
+        max_attempts: int,
+        permanent: bool = False,
+    ) -> StoredEvent | None:
+        _check_relay_id(relay_id)
+        _check_seconds(retry_in, "retry_in")
+        now = self._now()
+        state = self._delivery_at(position)
+        if state is None or state.done or not state.held_by(relay_id, now):
+            return None
+        state.attempts += 1
+        state.last_error = error[:2000]
+        state.unclaim()
+        if permanent or state.attempts >= max_attempts:
+            state.dead = True
+            state.next_attempt_at = None
+        else:
+            state.next_attempt_at = now + timedelta(seconds=retry_in)
+        return self._stored(position)
+
+    async def release(self, relay_id: str, positions: Sequence[int]) -> int:
+        _check_relay_id(relay_id)
+        now = self._now()
+        released = 0
+        for position in positions:
+            state = self._delivery_at(position)
+            if state is not None and not state.done and state.held_by(relay_id, now):
+                state.unclaim()
+                released += 1
+        return released
+
+    async def requeue(
+        self, positions: Sequence[int] | None = None, *, thread_id: str | None = None
+    ) -> int:
+        candidates = range(1, len(self.store.outbox) + 1) if positions is None else positions
+        requeued = 0
+        for position in candidates:
+            state = self._delivery_at(position)
+            if state is None or not state.dead:
+                continue
+            if thread_id is not None and state.thread_id != thread_id:
+                continue
+            state.dead = False
+            state.attempts = 0
+            state.next_attempt_at = None
+            state.unclaim()
+            self.store.relay_floor = min(self.store.relay_floor, position)
+            requeued += 1
+        return requeued
+
+    async def dead_letters(self, *, limit: int = 100) -> list[StoredEvent]:
+        dead: list[StoredEvent] = []
+        for position, state in sorted(self.store.deliveries.items()):
+            if len(dead) >= limit:
+                break
+            if state.dead:
+                stored = self._stored(position)
+                if stored is not None:
+                    dead.append(stored)
+        return dead
+
+    async def prune(self, older_than: float) -> int:
+        _check_seconds(older_than, "older_than")
+        cutoff = self._now() - timedelta(seconds=older_than)
+        pruned = 0
+        for position, state in list(self.store.deliveries.items()):
+            if state.delivered_at is not None and state.delivered_at < cutoff:
+                self.store.outbox[position - 1] = None
+                del self.store.deliveries[position]
+                pruned += 1
+        return pruned
+
+    async def outbox_stats(self) -> OutboxStats:
+        now = self._now()
+        pending = claimed = dead = delivered = 0
+        oldest: datetime | None = None
+        for position in range(1, len(self.store.outbox) + 1):
+            state = self._delivery(position)
+            if state is None:
+                continue
+            if state.delivered_at is not None:
+                delivered += 1
+            elif state.dead:
+                dead += 1
+            else:
+                pending += 1
+                claimed += state.claimed(now)
+                if oldest is None or state.occurred_at < oldest:
+                    oldest = state.occurred_at
+        age = None if oldest is None else max(0.0, (now - oldest).total_seconds())
+        return OutboxStats(pending, claimed, dead, delivered, age)
+
+    def _delivery_at(self, position: int) -> Delivery | None:
+        if not isinstance(position, int) or not 1 <= position <= len(self.store.outbox):
+            return None
+        return self._delivery(position)

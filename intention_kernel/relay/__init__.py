@@ -1,0 +1,36 @@
+"""The outbox relay: deliver committed outbox events to a sink, at least once, in order per
+thread, with retries, dead letters and retention. See ``docs/relay.md``.
+
+    from intention_kernel.relay import OutboxRelay, open_sink
+
+    sink = open_sink("nats://127.0.0.1:4222/orders.events?stream=ORDERS")
+    relay = OutboxRelay(store, sink, relay_id="relay-1")
+    await relay.run()  # until relay.stop()
+"""
+
+from ..contracts.outbox import OutboxNotifier, OutboxSource, OutboxStats
+from ..contracts.sinks import EventSink, OutcomeKind, PublishOutcome
+from ._backoff import Backoff
+from ._relay import BatchReport, OutboxRelay, RelayStats
+from ._sources import open_source, register_source
+from .signing import sign, verify_signature
+from .sinks import SINK_SCHEMES, open_sink
+
+__all__ = [
+    "SINK_SCHEMES",
+    "Backoff",
+    "BatchReport",
+    "EventSink",
+    "OutboxNotifier",
+    "OutboxRelay",
+    "OutboxSource",
+    "OutboxStats",
+    "OutcomeKind",
+    "PublishOutcome",
+    "RelayStats",
+    "open_sink",
+    "open_source",
+    "register_source",
+    "sign",
+    "verify_signature",
+]

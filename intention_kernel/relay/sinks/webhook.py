@@ -1,0 +1,104 @@
+"""``webhook+http(s)://host:port/path?secret_env=NAME``: one signed HTTP POST per event (httpx).
+
+The body is the event's JSON envelope; the headers carry the event id, a timestamp and an
+HMAC-SHA256 signature from the secret in environment variable ``secret_env`` (see
+``intention_kernel.relay.signing``). Answers map to outcomes: 2xx ok; 408, 429 and 5xx retry;
+any other status reject (dead-letter with the status); no connection unavailable.
+
+Optional parameters: ``timeout`` (seconds per request, default 10), ``concurrency`` (requests
+in flight per batch, default 16).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Sequence
+from urllib.parse import SplitResult
+
+import httpx
+
+from ...contracts.errors import ConfigurationError
+from ...contracts.events import KernelEvent
+from ...contracts.sinks import PublishOutcome
+from ..signing import EVENT_ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
+from ._url import encode_event, invalid, number, port_of, query
+
+__all__ = ["WebhookSink", "from_url"]
+
+_RETRY_STATUSES = frozenset({408, 429})
+
+
+class WebhookSink:
+    def __init__(
+        self, target: str, secret: bytes, *, timeout: float = 10.0, concurrency: int = 16
+    ) -> None:
+        self.target = target
+        self._secret = secret
+        self._timeout = timeout
+        self._limit = asyncio.Semaphore(concurrency)
+        self._client: httpx.AsyncClient | None = None
+
+    async def publish(self, events: Sequence[KernelEvent]) -> list[PublishOutcome]:
+        if self._client is None:
+            self._client = httpx.AsyncClient(timeout=self._timeout, follow_redirects=False)
+        client = self._client
+        return list(await asyncio.gather(*(self._post(client, event) for event in events)))
+
+    async def _post(self, client: httpx.AsyncClient, event: KernelEvent) -> PublishOutcome:
+        body = encode_event(event)
+        timestamp = str(int(time.time()))
+        headers = {
+            "Content-Type": "application/json",
+            EVENT_ID_HEADER: event.id,
+            TIMESTAMP_HEADER: timestamp,
+            SIGNATURE_HEADER: sign(self._secret, timestamp, body),
+        }
+        try:
+            async with self._limit:
+                response = await client.post(self.target, content=body, headers=headers)
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+            return PublishOutcome.unavailable(f"webhook unreachable: {type(exc).__name__}")
+        except httpx.HTTPError as exc:
+            return PublishOutcome.retry(f"webhook request failed: {type(exc).__name__}")
+        status = response.status_code
+        if 200 <= status < 300:
+            return PublishOutcome.ok()
+        if status in _RETRY_STATUSES or status >= 500:
+            return PublishOutcome.retry(f"webhook answered HTTP {status}")
+        return PublishOutcome.reject(f"webhook answered HTTP {status}")
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+
+def from_url(url: SplitResult) -> WebhookSink:
+    scheme = url.scheme.removeprefix("webhook+")
+    params = query(url, allowed=("secret_env", "timeout", "concurrency"))
+    port = port_of(url, 443 if scheme == "https" else 80)
+    if url.username or url.password:
+        raise invalid(url, "credentials in a webhook URL are not allowed; use secret_env")
+    name = params.get("secret_env")
+    if not name:
+        raise invalid(url, "secret_env=NAME is required: webhooks are always signed")
+    secret = os.environ.get(name)
+    if not secret:
+        raise ConfigurationError(
+            "the webhook secret environment variable is not set",
+            context={"secret_env": name},
+        )
+    concurrency = number(url, params, "concurrency", 16)
+    if concurrency != int(concurrency):
+        raise invalid(url, "parameter 'concurrency' must be an integer")
+    host = url.hostname or ""
+    host = f"[{host}]" if ":" in host else host
+    target = f"{scheme}://{host}:{port}{url.path or '/'}"
+    return WebhookSink(
+        target,
+        secret.encode(),
+        timeout=number(url, params, "timeout", 10.0),
+        concurrency=int(concurrency),
+    )
