@@ -1,0 +1,71 @@
+"""The per-turn event recorder: envelope, ordering, causation and redaction.
+
+Why one recorder per turn: ``sequence`` must be dense within a turn, every event correlates to
+the turn's trace id, and each event names the event that caused it, so parallel steps form
+separate causal branches under the plan event. The host redactor runs on each event before it
+can leave the kernel (outbox and sinks alike).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from pydantic import JsonValue
+
+from ..contracts.events import EventCategory, KernelEvent
+from ..contracts.ids import new_id
+
+__all__ = ["EventRecorder", "Redactor"]
+
+Redactor = Callable[[KernelEvent], KernelEvent]
+
+
+class EventRecorder:
+    __slots__ = ("_events", "_redact", "thread_id", "trace_id", "turn_id")
+
+    def __init__(
+        self, thread_id: str, turn_id: str, trace_id: str, redact: Redactor | None
+    ) -> None:
+        self.thread_id = thread_id
+        self.turn_id = turn_id
+        self.trace_id = trace_id
+        self._redact = redact
+        self._events: list[KernelEvent] = []
+
+    def emit(
+        self,
+        type: str,
+        data: dict[str, JsonValue] | None = None,
+        *,
+        cause: KernelEvent | None = None,
+        step_id: str | None = None,
+        category: EventCategory = EventCategory.TRACE,
+    ) -> KernelEvent:
+        """Record one event (sequence assigned here, in emission order) and return it."""
+        event = KernelEvent(
+            id=new_id("evt"),
+            type=type,
+            occurred_at=datetime.now(UTC),
+            thread_id=self.thread_id,
+            turn_id=self.turn_id,
+            step_id=step_id,
+            sequence=len(self._events),
+            correlation_id=self.trace_id,
+            causation_id=None if cause is None else cause.id,
+            category=category,
+            data=data or {},
+        )
+        self._events.append(event)
+        return event
+
+    def released(self) -> list[KernelEvent]:
+        """The events as they may leave the kernel: redacted, envelope fields untouched."""
+        if self._redact is None:
+            return list(self._events)
+        out: list[KernelEvent] = []
+        for event in self._events:
+            redacted = self._redact(event)
+            # The envelope is the kernel's, not the redactor's: only ``data`` may change.
+            out.append(event.model_copy(update={"data": dict(redacted.data)}))
+        return out
