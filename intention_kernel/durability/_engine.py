@@ -296,7 +296,8 @@ class DurabilityEngine(ABC):
         completed = finish_receipt(
             prepared, ReceiptStatus.COMPLETED, value=codec.decode(value_json), now=self._now()
         )
-        await self._finish_effect(lease, completed, value_json)
+        # Shielded: the provider already acted, so a cancellation must not skip the record.
+        await asyncio.shield(self._finish_effect(lease, completed, value_json))
         crash_point(CrashPoint.RECEIPT_RECORDED, key=identity.idempotency_key)
         return EffectExecution(value=completed.value, receipt=completed, replayed=False)
 

@@ -1,0 +1,116 @@
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from intention_kernel.contracts import ConfigurationError, ErrorCode, JsonLimits, SerializationError
+from intention_kernel.contracts.codec import canonical_json, decode, encode, fingerprint, round_trip
+
+
+def nested(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    ("value", "code"),
+    [
+        (float("nan"), ErrorCode.NON_FINITE_NUMBER),
+        ({"a": [float("inf")]}, ErrorCode.NON_FINITE_NUMBER),
+        ({1: "int key"}, ErrorCode.NOT_SERIALIZABLE),
+        ({"s": {1, 2}}, ErrorCode.NOT_SERIALIZABLE),
+        (b"bytes", ErrorCode.NOT_SERIALIZABLE),
+        (object(), ErrorCode.NOT_SERIALIZABLE),
+        ("nul\x00", ErrorCode.NOT_SERIALIZABLE),
+        ({"k\ud800": 1}, ErrorCode.NOT_SERIALIZABLE),
+        (nested(65), ErrorCode.VALUE_TOO_DEEP),
+        (nested(5000), ErrorCode.VALUE_TOO_DEEP),
+    ],
+)
+def test_unstorable_values_are_refused_with_a_stable_code(value: Any, code: ErrorCode) -> None:
+    with pytest.raises(SerializationError) as caught:
+        encode(value)
+    assert caught.value.code == code
+
+
+def test_depth_limit_is_inclusive() -> None:
+    assert round_trip(nested(63)) == nested(63)
+
+
+def test_size_limit_counts_utf8_bytes() -> None:
+    limits = JsonLimits(max_bytes=20)
+    assert encode("é" * 8, limits=limits) == '"' + "é" * 8 + '"'
+    with pytest.raises(SerializationError) as caught:
+        encode("é" * 10, limits=limits)
+    assert caught.value.code == ErrorCode.PAYLOAD_TOO_LARGE
+    assert caught.value.context == {"what": "value", "size": 22, "limit": 20}
+
+
+def test_round_trip_returns_the_stored_form() -> None:
+    assert round_trip({"t": (1, (2, 3)), "f": 1.5, "n": None}) == {
+        "t": [1, [2, 3]],
+        "f": 1.5,
+        "n": None,
+    }
+
+
+@pytest.mark.parametrize(
+    "text", ['{"a":1,"a":2}', "[NaN]", "[Infinity]", "{", "[" * 5000 + "]" * 5000]
+)
+def test_decode_refuses_invalid_stored_json(text: str) -> None:
+    with pytest.raises(SerializationError) as caught:
+        decode(text)
+    assert caught.value.code == ErrorCode.INVALID_JSON
+
+
+def test_fingerprint_ignores_key_order_and_is_stable() -> None:
+    assert fingerprint({"b": 1, "a": [1, 2]}) == fingerprint({"a": [1, 2], "b": 1})
+    assert canonical_json({"b": 1, "a": "é"}) == '{"a":"é","b":1}'
+    assert (
+        fingerprint({"a": 1}) == "015abd7f5cc57a2dd94b7590f04ad8084273905ee33ec5cebeae62276a97f862"
+    )
+
+
+def test_invalid_limits_are_refused() -> None:
+    with pytest.raises(ConfigurationError):
+        JsonLimits(max_bytes=0)
+
+
+NO_SURROGATES: list[Any] = ["L", "M", "N", "P", "S", "Z", "Cc", "Cf"]
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(alphabet=st.characters(categories=NO_SURROGATES, blacklist_characters="\x00")),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(
+            st.text(alphabet=st.characters(categories=NO_SURROGATES, blacklist_characters="\x00")),
+            children,
+            max_size=4,
+        )
+    ),
+    max_leaves=20,
+)
+
+
+@given(json_values)
+def test_any_json_value_round_trips_exactly(value: Any) -> None:
+    assert decode(encode(value)) == value
+
+
+@given(st.floats())
+def test_floats_round_trip_or_are_refused(value: float) -> None:
+    if math.isfinite(value):
+        assert round_trip(value) == value
+    else:
+        with pytest.raises(SerializationError):
+            encode(value)

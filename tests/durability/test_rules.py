@@ -1,0 +1,148 @@
+"""Table tests of the pure ledger and turn rules every adapter shares."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from intention_kernel.contracts import (
+    EffectConflictError,
+    EffectIdentity,
+    EffectNotAppliedError,
+    EffectReceipt,
+    ErrorCode,
+    ReceiptStatus,
+    ReconcileOutcome,
+    TurnConflictError,
+)
+from intention_kernel.durability import _ledger, _turns
+from intention_kernel.durability._ledger import EffectAction
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+IDENTITY = EffectIdentity("payments.charge:k", "payments.charge", step_id="s2")
+
+
+def receipt(status: ReceiptStatus, capability: str = "payments.charge") -> EffectReceipt:
+    return EffectReceipt(
+        id="rcpt_1",
+        thread_id="t",
+        idempotency_key="payments.charge:k",
+        capability_id=capability,
+        turn_id="turn-0",
+        status=status,
+        value="v" if status is ReceiptStatus.COMPLETED else None,
+        attempts=1,
+        created_at=NOW,
+        updated_at=NOW,
+    )
+
+
+@pytest.mark.parametrize(
+    ("stored", "action", "write", "status_after"),
+    [
+        (None, EffectAction.EXECUTE, True, ReceiptStatus.PREPARED),
+        (ReceiptStatus.FAILED, EffectAction.EXECUTE, True, ReceiptStatus.PREPARED),
+        (ReceiptStatus.COMPLETED, EffectAction.REPLAY, False, ReceiptStatus.COMPLETED),
+        (ReceiptStatus.PREPARED, EffectAction.UNCERTAIN, True, ReceiptStatus.UNCERTAIN),
+        (ReceiptStatus.UNCERTAIN, EffectAction.UNCERTAIN, False, ReceiptStatus.UNCERTAIN),
+    ],
+)
+def test_start_effect_table(
+    stored: ReceiptStatus | None, action: EffectAction, write: bool, status_after: ReceiptStatus
+) -> None:
+    existing = None if stored is None else receipt(stored)
+    start = _ledger.start_effect(existing, IDENTITY, thread_id="t", turn_id="turn-1", now=NOW)
+    assert (start.action, start.write, start.receipt.status) == (action, write, status_after)
+    if existing is not None:
+        assert start.receipt.id == existing.id
+
+
+def test_retry_of_failed_keeps_the_receipt_id_and_counts_attempts() -> None:
+    start = _ledger.start_effect(
+        receipt(ReceiptStatus.FAILED), IDENTITY, thread_id="t", turn_id="turn-2", now=NOW
+    )
+    assert start.receipt.id == "rcpt_1"
+    assert start.receipt.attempts == 2
+    assert (start.receipt.turn_id, start.receipt.step_id) == ("turn-2", "s2")
+
+
+def test_start_effect_refuses_a_key_of_another_capability() -> None:
+    with pytest.raises(EffectConflictError) as caught:
+        _ledger.start_effect(
+            receipt(ReceiptStatus.COMPLETED, "refunds.create"),
+            IDENTITY,
+            thread_id="t",
+            turn_id="u",
+            now=NOW,
+        )
+    assert caught.value.code == ErrorCode.IDEMPOTENCY_KEY_COLLISION
+
+
+@pytest.mark.parametrize(
+    ("error", "status"),
+    [
+        (None, ReceiptStatus.COMPLETED),
+        (EffectNotAppliedError("no"), ReceiptStatus.FAILED),
+        (TimeoutError(), ReceiptStatus.UNCERTAIN),
+        (ConnectionResetError(), ReceiptStatus.UNCERTAIN),
+        (KeyboardInterrupt(), ReceiptStatus.UNCERTAIN),
+    ],
+)
+def test_outcome_status_table(error: BaseException | None, status: ReceiptStatus) -> None:
+    assert _ledger.outcome_status(error) is status
+
+
+@pytest.mark.parametrize(
+    ("stored", "outcome", "result"),
+    [
+        (ReceiptStatus.UNCERTAIN, "completed", ReceiptStatus.COMPLETED),
+        (ReceiptStatus.UNCERTAIN, "not_applied", ReceiptStatus.FAILED),
+        (ReceiptStatus.PREPARED, "completed", ErrorCode.RECEIPT_NOT_UNCERTAIN),
+        (ReceiptStatus.COMPLETED, "not_applied", ErrorCode.RECEIPT_NOT_UNCERTAIN),
+        (ReceiptStatus.FAILED, "completed", ErrorCode.RECEIPT_NOT_UNCERTAIN),
+        (None, "completed", ErrorCode.RECEIPT_NOT_FOUND),
+    ],
+)
+def test_reconcile_table(
+    stored: ReceiptStatus | None, outcome: ReconcileOutcome, result: object
+) -> None:
+    existing = None if stored is None else receipt(stored)
+    if isinstance(result, ReceiptStatus):
+        done = _ledger.reconcile_receipt(
+            existing, outcome, thread_id="t", idempotency_key="k", value=None, now=NOW
+        )
+        assert done.status is result
+    else:
+        with pytest.raises(EffectConflictError) as caught:
+            _ledger.reconcile_receipt(
+                existing, outcome, thread_id="t", idempotency_key="k", value=None, now=NOW
+            )
+        assert caught.value.code == result
+
+
+@pytest.mark.parametrize(
+    ("stored", "requested", "conflict"),
+    [
+        (None, None, False),
+        (None, "a", False),
+        ("a", None, False),
+        ("a", "a", False),
+        ("a", "b", True),
+    ],
+)
+def test_fingerprint_table(stored: str | None, requested: str | None, conflict: bool) -> None:
+    if conflict:
+        with pytest.raises(TurnConflictError) as caught:
+            _turns.check_fingerprint(stored, requested, thread_id="t", turn_id="u")
+        assert caught.value.code == ErrorCode.TURN_ID_REUSED
+    else:
+        _turns.check_fingerprint(stored, requested, thread_id="t", turn_id="u")
+
+
+@pytest.mark.parametrize(("loaded", "stored"), [(0, 1), (3, 2), (5, 7)])
+def test_revision_compare_and_set_refuses_any_mismatch(loaded: int, stored: int) -> None:
+    with pytest.raises(TurnConflictError) as caught:
+        _turns.check_revision(loaded, stored, thread_id="t")
+    assert caught.value.code == ErrorCode.CHECKPOINT_REVISION_CONFLICT
+    _turns.check_revision(stored, stored, thread_id="t")
