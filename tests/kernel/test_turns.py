@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
-from conftest import World, make_world, support_agent
 
 from intention_kernel.contracts import (
     CheckpointIncompatibleError,
@@ -17,8 +17,10 @@ from intention_kernel.contracts import (
 )
 from intention_kernel.kernel import KernelLimits
 
-LOOKUP = [{"capability": "orders.lookup", "input": {"order_id": "42"}}]
-TRACK = [{"capability": "shipping.track", "input": {}}]
+from .support import FaqAnswer, Intentions, World, make_world, support_agent
+
+LOOKUP: Intentions = [{"capability": "orders.lookup", "input": {"order_id": "42"}}]
+TRACK: Intentions = [{"capability": "shipping.track", "input": {}}]
 
 
 async def test_read_answered_with_evidence_then_followup_uses_the_fact(world: World) -> None:
@@ -167,7 +169,7 @@ async def test_invalid_model_output_gets_one_repair_then_a_clean_clarification(
 
 async def test_malformed_interpretation_is_repaired(world: World) -> None:
     world.gateway.set("interpret", "this is not an interpretation")
-    world.gateway.set("repair", {"intentions": LOOKUP})
+    world.gateway.set("repair", {"intentions": list[Any](LOOKUP)})
     result = await world.run("turn-1", "where is order 42?")
     assert result.response.text == "Order 42 has shipped."
     assert world.gateway.count("repair") == 1
@@ -206,8 +208,6 @@ async def test_fingerprint_change_refused_until_declared_compatible(
     old = make_world(durability)
     old.say("where is order 42?", LOOKUP)
     await old.run("turn-1", "where is order 42?")
-
-    from conftest import FaqAnswer  # a changed contract: a new capability
 
     from intention_kernel.kernel import Completed, define_capability
 
