@@ -202,6 +202,9 @@ class World:
     agent: CompiledAgent
     routes: dict[str, Intentions]
 
+    def agent_definition(self) -> Any:
+        return support_agent()
+
     def say(self, text: str, intentions: Intentions) -> None:
         """Teach the scripted model what ``text`` means."""
         self.routes[text] = intentions
