@@ -14,7 +14,6 @@ from datetime import UTC, datetime
 from pydantic import JsonValue
 
 from ..contracts.events import EventCategory, KernelEvent
-from ..contracts.ids import new_id
 
 __all__ = ["EventRecorder", "Redactor"]
 
@@ -23,6 +22,9 @@ Redactor = Callable[[KernelEvent], KernelEvent]
 
 class EventRecorder:
     __slots__ = ("_events", "_redact", "thread_id", "trace_id", "turn_id")
+
+    # Event ids are the trace id (time-ordered, 64 random bits, unique per attempt) plus the
+    # sequence: unique across turns and attempts without drawing randomness per event.
 
     def __init__(
         self, thread_id: str, turn_id: str, trace_id: str, redact: Redactor | None
@@ -43,18 +45,20 @@ class EventRecorder:
         category: EventCategory = EventCategory.TRACE,
     ) -> KernelEvent:
         """Record one event (sequence assigned here, in emission order) and return it."""
+        sequence = len(self._events)
         event = KernelEvent(
-            id=new_id("evt"),
+            id=f"evt_{self.trace_id}.{sequence}",
             type=type,
+            version=1,
             occurred_at=datetime.now(UTC),
             thread_id=self.thread_id,
             turn_id=self.turn_id,
             step_id=step_id,
-            sequence=len(self._events),
+            sequence=sequence,
             correlation_id=self.trace_id,
             causation_id=None if cause is None else cause.id,
             category=category,
-            data=data or {},
+            data=data if data is not None else {},
         )
         self._events.append(event)
         return event

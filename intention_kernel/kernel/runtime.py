@@ -88,6 +88,7 @@ class CompiledAgent:
         recorder = EventRecorder(thread_id, turn_id, trace_id, self._redact)
         turn = TurnInfo(thread_id, turn_id, trace_id, text, chosen)
         released: list[KernelEvent] = []
+        composed: list[Response] = []
 
         async def operation(scope: TurnScope) -> tuple[DurableTurnResult, bool]:
             prior = scope.prior_result
@@ -117,6 +118,8 @@ class CompiledAgent:
             )
             result, events = await run_pipeline(state)
             released.extend(events)
+            if state.response is not None:
+                composed.append(state.response)
             return result, False
 
         fp = request_fingerprint(text, chosen)
@@ -131,8 +134,9 @@ class CompiledAgent:
             ) from None
         if released:
             await self._publish(released)
+        # A first run hands back the response it committed; a replay reads the stored one.
         return TurnResult(
-            response=Response.model_validate(stored.response),
+            response=composed[0] if composed else Response.model_validate(stored.response),
             checkpoint=stored.checkpoint,
             thread_id=stored.thread_id,
             turn_id=stored.turn_id,

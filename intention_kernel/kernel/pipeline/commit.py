@@ -55,7 +55,9 @@ async def commit(state: TurnState) -> tuple[DurableTurnResult, list[KernelEvent]
         cause=state.start_event,
         category=EventCategory.INTEGRATION,
     )
-    result = DurableTurnResult(
+    # Kernel-built from validated parts; the store's codec checks the JSON when it commits,
+    # so validating the whole response tree here again would only cost time.
+    result = DurableTurnResult.model_construct(
         thread_id=state.turn.thread_id,
         turn_id=state.turn.turn_id,
         trace_id=state.turn.trace_id,

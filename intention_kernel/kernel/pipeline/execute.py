@@ -40,7 +40,8 @@ def _completed(
         if not isinstance(output, cap.output_schema):
             dumped = output.model_dump() if isinstance(output, BaseModel) else output
             output = cap.output_schema.model_validate(dumped)
-        output_json = codec.round_trip(output.model_dump(mode="json"), what="capability output")
+        # A validated model dumps to JSON types; the store's codec refuses NaN at commit.
+        output_json: JsonValue = output.model_dump(mode="json")
         facts: list[tuple[FactRef, str | None, JsonValue]] = []
         for produced in result.facts:
             ref = parse_fact_ref(produced.type)
