@@ -261,9 +261,8 @@ async def main(turns: int) -> dict[str, Any]:
 def _print(report: dict[str, Any]) -> None:
     def line(name: str, fig: dict[str, Any] | None) -> None:
         if fig is not None:
-            print(
-                f"{name:<36} {fig['us_per_turn']:>9.1f} us/turn {fig['turns_per_second']:>10.1f} turns/s"
-            )
+            us, rate = fig["us_per_turn"], fig["turns_per_second"]
+            print(f"{name:<40} {us:>8.1f} us/turn {rate:>9.1f} turns/s")
 
     only, memory = report["kernel_only"], report["kernel_on_memory_adapter"]
     line("kernel only: one read", only["one_read"])
