@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 
 from pydantic import JsonValue
 
+from ..contracts.errors import ConfigurationError
 from ..contracts.events import EventCategory, KernelEvent
 
 __all__ = ["EventRecorder", "Redactor"]
@@ -70,6 +71,10 @@ class EventRecorder:
         out: list[KernelEvent] = []
         for event in self._events:
             redacted = self._redact(event)
+            if not isinstance(redacted, KernelEvent):
+                raise ConfigurationError(
+                    "the redactor must return a KernelEvent", context={"event_type": event.type}
+                )
             # The envelope is the kernel's, not the redactor's: only ``data`` may change.
             out.append(event.model_copy(update={"data": dict(redacted.data)}))
         return out

@@ -21,6 +21,8 @@ class KernelLimits:
     """Recent messages shown to the model."""
     max_receipts: int = 50
     """Receipts kept in the checkpoint (uncertain ones are always kept)."""
+    max_agenda: int = 20
+    """Agenda items kept; the oldest go first, never the one the active interaction names."""
     max_steps: int = 8
     """Planned steps per turn; more are refused with a clarification."""
     step_timeout: float = 30.0
@@ -33,6 +35,7 @@ class KernelLimits:
             "max_messages": self.max_messages,
             "context_messages": self.context_messages,
             "max_receipts": self.max_receipts,
+            "max_agenda": self.max_agenda,
             "max_steps": self.max_steps,
         }
         bad = {k: v for k, v in numbers.items() if not isinstance(v, int) or v < 1}

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from intention_kernel.contracts import DurabilityStore, EventCategory, KernelEvent
 
 from .support import World, make_world
@@ -85,3 +87,16 @@ async def test_a_failing_sink_does_not_fail_a_committed_turn(durability: Durabil
     result = await world.run("turn-1", "hi")
     assert result.checkpoint.revision == 1
     assert world.collector.events
+
+
+async def test_a_broken_redactor_fails_the_turn_before_anything_is_written(
+    durability: DurabilityStore,
+) -> None:
+    from intention_kernel.contracts import ConfigurationError
+
+    world = make_world(durability, redact=lambda event: None)  # type: ignore[arg-type,return-value]
+    with pytest.raises(ConfigurationError):
+        await world.run("turn-1", "hi")
+    assert await durability.load_checkpoint("t1") is None
+    assert await durability.read_outbox(thread_id="t1") == []
+    assert world.collector.events == []

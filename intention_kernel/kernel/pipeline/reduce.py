@@ -19,7 +19,7 @@ from ...contracts.receipts import EffectReceipt, ReceiptStatus
 from ..facts import apply_fact, invalidate, parse_fact_ref
 from .state import HeldStep, PlannedStep, Reduction, StepOutcome, TurnState
 
-__all__ = ["bound_receipts", "reduce"]
+__all__ = ["bound_agenda", "bound_receipts", "reduce", "reduce_outcomes"]
 
 _ASKS = {"needs_input": "input", "needs_confirmation": "confirmation"}
 
@@ -37,6 +37,17 @@ def bound_receipts(
     others = [r for r in ordered if r.status is not ReceiptStatus.UNCERTAIN]
     keep = {id(r) for r in uncertain} | {id(r) for r in others[-limit:]}
     return [r for r in ordered if id(r) in keep]
+
+
+def bound_agenda(
+    agenda: list[AgendaItem], interaction: Interaction | None, limit: int
+) -> list[AgendaItem]:
+    """Keep the newest ``limit`` items, and always the one the active interaction waits on."""
+    if len(agenda) <= limit:
+        return agenda
+    pinned = None if interaction is None else interaction.agenda_item_id
+    keep = {id(a) for a in agenda[-limit:]} | {id(a) for a in agenda if a.id == pinned}
+    return [a for a in agenda if id(a) in keep]
 
 
 def _agenda_item(
@@ -60,6 +71,7 @@ def reduce_outcomes(
     held: list[HeldStep],
     turn_id: str,
     receipt_limit: int,
+    agenda_limit: int = 20,
 ) -> Reduction:
     facts: dict[str, FactRecord] = {} if checkpoint is None else {f.id: f for f in checkpoint.facts}
     evidence: list[Evidence] = []
@@ -110,7 +122,7 @@ def reduce_outcomes(
     previous_receipts = [] if checkpoint is None else checkpoint.receipts
     return Reduction(
         facts=list(facts.values()),
-        agenda=agenda,
+        agenda=bound_agenda(agenda, interaction, agenda_limit),
         interaction=interaction,
         new_interaction=new_interaction,
         receipts=bound_receipts(previous_receipts, new_receipts, receipt_limit),
@@ -126,6 +138,7 @@ def reduce(state: TurnState) -> None:
         state.plan.held,
         state.turn.turn_id,
         state.runtime.limits.max_receipts,
+        state.runtime.limits.max_agenda,
     )
     state.reduction = reduction
     recorder = state.recorder
