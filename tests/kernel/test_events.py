@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -100,3 +101,69 @@ async def test_a_broken_redactor_fails_the_turn_before_anything_is_written(
     assert await durability.load_checkpoint("t1") is None
     assert await durability.read_outbox(thread_id="t1") == []
     assert world.collector.events == []
+
+
+def test_prebuilt_events_equal_validated_ones() -> None:
+    from datetime import UTC, datetime
+
+    from intention_kernel.kernel.events import _prebuilt, _validated, build_event
+
+    fields = {
+        "id": "evt_1",
+        "type": "x",
+        "version": 1,
+        "occurred_at": datetime.now(UTC),
+        "thread_id": "t",
+        "turn_id": "u",
+        "step_id": "step-1",
+        "sequence": 3,
+        "correlation_id": "c",
+        "causation_id": "evt_0",
+        "category": EventCategory.AUDIT,
+        "data": {"a": {"b": [1, 2.5, True, None]}},
+    }
+    fast, slow = _prebuilt(dict(fields)), _validated(dict(fields))
+    assert build_event is _prebuilt
+    assert fast == slow
+    assert fast.model_dump() == slow.model_dump()
+    assert KernelEvent.model_validate_json(fast.model_dump_json()) == slow
+
+
+async def test_capability_event_data_that_is_not_json_fails_the_turn_cleanly(
+    durability: DurabilityStore,
+) -> None:
+    from intention_kernel.contracts import SerializationError
+    from intention_kernel.kernel import Completed, define_capability
+
+    from .support import FaqAnswer, FaqQuery, support_agent
+
+    async def noisy(context: Any, query: FaqQuery) -> Completed:
+        context.events.emit("noisy", {"bad": float("nan")})
+        return Completed(output=FaqAnswer(answer="-"))
+
+    cap = define_capability(
+        id="noisy.cap",
+        version="1.0.0",
+        description="Be noisy.",
+        input=FaqQuery,
+        output=FaqAnswer,
+        execute=noisy,
+    )
+    world = make_world(durability, agent=support_agent([cap]))
+    world.say("noise", [{"capability": "noisy.cap", "input": {"topic": "x"}}])
+    with pytest.raises(SerializationError):
+        await world.run("turn-1", "noise")
+    assert await durability.load_checkpoint("t1") is None
+
+
+async def test_provider_exceptions_become_model_gateway_errors(world: World) -> None:
+    from intention_kernel.contracts import ErrorCode, ModelGatewayError
+
+    def boom(request: object) -> object:
+        raise ConnectionError("provider down")
+
+    world.gateway.set("interpret", boom)
+    with pytest.raises(ModelGatewayError) as info:
+        await world.run("turn-1", "hi")
+    assert info.value.code == ErrorCode.MODEL_GATEWAY_FAILED and info.value.retryable
+    assert isinstance(info.value.__cause__, ConnectionError)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import JsonValue
 
-from ...contracts.errors import ErrorCode, ModelGatewayError
+from ...contracts.errors import ErrorCode, KernelError, ModelGatewayError
 from ...contracts.gateway import ModelRequest, ModelResponse
 from .state import TurnState
 
@@ -28,7 +28,13 @@ async def ask(
         input=payload,
         output_schema=schema,
     )
-    response = await state.runtime.gateway.complete(request)
+    try:
+        response = await state.runtime.gateway.complete(request)
+    except KernelError:
+        raise
+    except Exception as exc:
+        # A provider's own exception type must not leak out of the kernel untyped.
+        raise ModelGatewayError(context={"task": task, "cause": type(exc).__name__}) from exc
     if not isinstance(response, ModelResponse):
         raise ModelGatewayError(
             "the model gateway returned something other than a ModelResponse",
