@@ -303,3 +303,33 @@ async def test_threads_are_independent(world: World) -> None:
     )
     assert a.checkpoint.revision == b.checkpoint.revision == 1
     assert a.trace_id != b.trace_id
+
+
+async def test_a_failed_provider_skips_its_dependent_step(durability: DurabilityStore) -> None:
+    from intention_kernel.kernel import Failed, define_capability
+
+    from .support import OrderInfo, OrderQuery, capabilities
+
+    async def missing(context: Any, query: OrderQuery) -> Failed:
+        return Failed("That order does not exist.")
+
+    caps = [c for c in capabilities() if c.id != "orders.lookup"]
+    caps.append(
+        define_capability(
+            id="orders.lookup",
+            version="1.0.0",
+            description="Look up an order by id.",
+            input=OrderQuery,
+            output=OrderInfo,
+            provides=["order@1"],
+            execute=missing,
+        )
+    )
+    world = make_world(durability, agent=support_agent(capabilities=caps))
+    world.say("track order 7", LOOKUP + TRACK)
+    result = await world.run("turn-1", "track order 7")
+    assert [s.status for s in result.response.steps] == ["failed", "skipped"]
+    assert world.shop.total() == 0
+    assert "That order does not exist." in world.gateway.calls[-1].model_dump_json()
+    assert "step.skipped" in world.collector.types("turn-1")
+    assert result.checkpoint.facts == []

@@ -10,6 +10,7 @@ crash: it leaves the turn and nothing is committed.
 from __future__ import annotations
 
 import asyncio
+from types import MappingProxyType
 from typing import Any
 
 from pydantic import BaseModel, JsonValue, ValidationError
@@ -136,9 +137,17 @@ async def _run_step(
             await finished[dep].wait()
         blocked = [d for d in step.after if done[d].status != "completed"]
         if blocked:
-            done[step.step_id] = StepOutcome(
+            outcome = StepOutcome(
                 step=step, status="skipped", reason="a step it depends on did not complete"
             )
+            outcome.event = state.recorder.emit(
+                "step.skipped",
+                {"capability_id": step.capability.id, "blocked_by": list[JsonValue](blocked)},
+                cause=state.plan_event,
+                step_id=step.step_id,
+                category=EventCategory.AUDIT,
+            )
+            done[step.step_id] = outcome
             return
         done[step.step_id] = await _call(state, step, done)
     finally:
@@ -167,7 +176,7 @@ async def _call(state: TurnState, step: PlannedStep, done: dict[str, StepOutcome
         execution_id=new_id("exec"),
         turn=state.turn,
         ports=state.runtime.ports,
-        facts=visible,
+        facts=MappingProxyType(visible),
         host_context=state.host_context,
         events=StepEvents(recorder, started, step.step_id),
         deadline=deadline,
