@@ -333,3 +333,18 @@ async def test_a_failed_provider_skips_its_dependent_step(durability: Durability
     assert "That order does not exist." in world.gateway.calls[-1].model_dump_json()
     assert "step.skipped" in world.collector.types("turn-1")
     assert result.checkpoint.facts == []
+
+
+async def test_checkpoint_size_stops_growing_with_thread_length(
+    durability: DurabilityStore,
+) -> None:
+    world = make_world(durability, limits=KernelLimits(max_messages=6, max_receipts=3))
+    world.say("where is order 42?", LOOKUP)
+    sizes: list[int] = []
+    for n in range(30):
+        result = await world.run(f"turn-{n:03d}", "where is order 42?")
+        sizes.append(
+            len(result.checkpoint.model_dump_json(exclude={"messages": {"__all__": {"at"}}}))
+        )
+    assert result.checkpoint.omitted_messages == 60 - 6
+    assert max(sizes[10:]) - min(sizes[10:]) < 16  # only the turn ids' digits may vary
