@@ -123,12 +123,15 @@ class CompiledAgent:
             return result, False
 
         fp = request_fingerprint(text, chosen)
+        limit = asyncio.timeout_at(deadline if seconds is not None else None)
         try:
-            async with asyncio.timeout_at(deadline if seconds is not None else None):
+            async with limit:
                 stored, replayed = await self._durability.with_turn(
                     thread_id, turn_id, operation, request_fingerprint=fp
                 )
         except TimeoutError:
+            if not limit.expired():
+                raise  # someone else's timeout, not the turn's deadline
             raise TurnTimeoutError(
                 context={"thread_id": thread_id, "turn_id": turn_id, "timeout": seconds}
             ) from None
