@@ -348,3 +348,57 @@ async def test_checkpoint_size_stops_growing_with_thread_length(
         )
     assert result.checkpoint.omitted_messages == 60 - 6
     assert max(sizes[10:]) - min(sizes[10:]) < 16  # only the turn ids' digits may vary
+
+
+async def test_declared_invalidation_drops_the_fact(durability: DurabilityStore) -> None:
+    from intention_kernel.kernel import Completed, define_capability
+
+    from .support import TrackQuery
+
+    async def forget(context: Any, query: TrackQuery) -> Completed:
+        return Completed(output=FaqAnswer(answer="forgotten"), text="I forgot the order.")
+
+    cap = define_capability(
+        id="orders.forget",
+        version="1.0.0",
+        description="Forget the current order.",
+        input=TrackQuery,
+        output=FaqAnswer,
+        invalidates=["order@1"],
+        execute=forget,
+    )
+    world = make_world(durability, agent=support_agent([cap]))
+    world.say("where is order 42?", LOOKUP)
+    first = await world.run("turn-1", "where is order 42?")
+    assert [f.id for f in first.checkpoint.facts] == ["order@1"]
+    world.say("forget it", [{"capability": "orders.forget", "input": {}}])
+    second = await world.run("turn-2", "forget it")
+    assert second.checkpoint.facts == []
+
+
+async def test_needs_input_opens_an_interaction(durability: DurabilityStore) -> None:
+    from intention_kernel.kernel import NeedsInput, define_capability
+
+    from .support import TrackQuery
+
+    async def ask(context: Any, query: TrackQuery) -> NeedsInput:
+        return NeedsInput("Which store do you mean?", fields=("store",))
+
+    cap = define_capability(
+        id="store.address",
+        version="1.0.0",
+        description="Give a store's address.",
+        input=TrackQuery,
+        output=FaqAnswer,
+        execute=ask,
+    )
+    world = make_world(durability, agent=support_agent([cap]))
+    world.say("address?", [{"capability": "store.address", "input": {}}])
+    result = await world.run("turn-1", "address?")
+    interaction = result.checkpoint.interaction
+    assert interaction is not None and interaction.kind == "input"
+    assert interaction.prompt == "Which store do you mean?"
+    assert result.response.interaction == interaction
+    assert "Which store do you mean?" in result.response.text
+    [item] = result.checkpoint.agenda
+    assert item.status == "needs_input" and item.data["missing"] == ["store"]
