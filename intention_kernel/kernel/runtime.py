@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import JsonValue
 
-from ..contracts.codec import fingerprint
 from ..contracts.durability import Durability, TurnScope
 from ..contracts.errors import TurnTimeoutError
 from ..contracts.events import EventCategory, KernelEvent
@@ -33,8 +34,16 @@ __all__ = ["CompiledAgent", "request_fingerprint"]
 
 
 def request_fingerprint(text: str, selection: Mapping[str, JsonValue] | None) -> str:
-    """Same turn id + different request = ``TURN_ID_REUSED`` (host context is not part of it)."""
-    return fingerprint({"text": text, "selection": None if selection is None else dict(selection)})
+    """Same turn id + different request = ``TURN_ID_REUSED`` (host context is not part of it).
+
+    Equal to ``codec.fingerprint`` of ``{"text", "selection"}``; both parts were already checked
+    by the codec's rules in ``validation``, so the canonical JSON is hashed directly.
+    """
+    payload = {"selection": None if selection is None else dict(selection), "text": text}
+    canonical = json.dumps(
+        payload, ensure_ascii=False, allow_nan=False, separators=(",", ":"), sort_keys=True
+    )
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
 class CompiledAgent:

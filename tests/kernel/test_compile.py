@@ -146,3 +146,16 @@ def test_fingerprint_is_the_same_in_another_process(hash_seed: str) -> None:
         cwd=root,
     )
     assert out.stdout.strip() == _kernel().compile(support_agent()).fingerprint
+
+
+def test_request_fingerprint_equals_the_codec_fingerprint() -> None:
+    from intention_kernel.contracts.codec import fingerprint
+    from intention_kernel.kernel import request_fingerprint
+
+    cases: list[tuple[str, dict[str, Any] | None]] = [
+        ("hi", None),
+        ("é ü", {"b": [1, 2.5], "a": {"z": None}}),
+    ]
+    for text, selection in cases:
+        expected = fingerprint({"text": text, "selection": selection})
+        assert request_fingerprint(text, selection) == expected

@@ -402,3 +402,29 @@ async def test_needs_input_opens_an_interaction(durability: DurabilityStore) -> 
     assert "Which store do you mean?" in result.response.text
     [item] = result.checkpoint.agenda
     assert item.status == "needs_input" and item.data["missing"] == ["store"]
+
+
+async def test_a_fact_that_is_not_json_is_a_failed_step(durability: DurabilityStore) -> None:
+    from intention_kernel.kernel import Completed, ProducedFact, define_capability
+
+    from .support import TrackQuery
+
+    async def bad(context: Any, query: TrackQuery) -> Completed:
+        return Completed(
+            output=FaqAnswer(answer="-"), facts=(ProducedFact("note@1", float("nan")),)
+        )
+
+    cap = define_capability(
+        id="notes.bad",
+        version="1.0.0",
+        description="Write a bad note.",
+        input=TrackQuery,
+        output=FaqAnswer,
+        provides=["note@1"],
+        execute=bad,
+    )
+    world = make_world(durability, agent=support_agent([cap]))
+    world.say("note", [{"capability": "notes.bad", "input": {}}])
+    result = await world.run("turn-1", "note")
+    assert [s.status for s in result.response.steps] == ["failed"]
+    assert result.checkpoint.facts == []

@@ -10,12 +10,12 @@ crash: it leaves the turn and nothing is committed.
 from __future__ import annotations
 
 import asyncio
+import json
 from types import MappingProxyType
 from typing import Any
 
 from pydantic import BaseModel, JsonValue, ValidationError
 
-from ...contracts import codec
 from ...contracts.checkpoint import Evidence, FactRecord
 from ...contracts.errors import KernelError
 from ...contracts.events import EventCategory
@@ -26,6 +26,14 @@ from ..results import Completed, Failed, NeedsConfirmation, NeedsDependency, Nee
 from .state import PlannedStep, StepOutcome, TurnState
 
 __all__ = ["execute"]
+
+
+def _stored_form(value: JsonValue) -> JsonValue:
+    """The value as a replay will see it (tuples become lists); refuses what JSON cannot hold.
+
+    The store's codec applies its stricter rules (NUL, depth, size) to the whole turn at commit.
+    """
+    return json.loads(json.dumps(value, ensure_ascii=False, allow_nan=False))  # type: ignore[no-any-return]
 
 
 def _failed(step: PlannedStep, reason: str, **extra: Any) -> StepOutcome:
@@ -48,8 +56,8 @@ def _completed(
             ref = parse_fact_ref(produced.type)
             if ref is None or produced.type not in cap.provides:
                 return _failed(step, "the capability produced a fact it does not declare")
-            facts.append((ref, produced.key, codec.round_trip(produced.value, what="fact")))
-    except (ValidationError, KernelError):
+            facts.append((ref, produced.key, _stored_form(produced.value)))
+    except (ValidationError, KernelError, ValueError, TypeError, RecursionError):
         return _failed(step, "the capability's output did not match its declared schema")
     receipts = context.receipts
     if cap.effect == "write" and not receipts:
