@@ -161,3 +161,51 @@ def test_planned_order_respects_every_dependency(
             assert ref in in_checkpoint or ref in produced_here
     for held in plan.held:
         assert held.status == "waiting_for_fact"
+
+
+async def test_policy_can_require_confirmation(durability: DurabilityStore) -> None:
+    from intention_kernel.kernel import require_confirmation
+
+    def confirm_faq(request: PolicyRequest) -> PolicyDecision:
+        if request.capability_id == "faq.search":
+            return require_confirmation("policy answers need a yes")
+        return allow()
+
+    world = make_world(durability, agent=support_agent(policies=[confirm_faq]))
+    world.say("returns?", [{"capability": "faq.search", "input": {"topic": "returns"}}])
+    result = await world.run("turn-1", "returns?")
+    assert world.shop.total() == 0
+    [item] = result.checkpoint.agenda
+    assert item.status == "awaiting_confirmation" and item.reason == "policy answers need a yes"
+    assert result.checkpoint.interaction is not None
+
+
+async def test_capability_owned_confirmation_opens_its_own_interaction(
+    durability: DurabilityStore,
+) -> None:
+    from intention_kernel.kernel import NeedsConfirmation
+
+    async def ask_first(context: Any, charge: Charge) -> NeedsConfirmation:
+        return NeedsConfirmation(
+            f"Charge {charge.amount} EUR for order {charge.order_id}?", data={"amount": 5}
+        )
+
+    cap = define_capability(
+        id="payments.refund",
+        version="1.0.0",
+        description="Refund an order.",
+        input=Charge,
+        output=FaqAnswer,
+        effect="write",
+        confirmation="capability",
+        execute=ask_first,
+    )
+    world = make_world(durability, agent=support_agent([cap]))
+    refund = {"capability": "payments.refund", "input": {"order_id": "42", "amount": 5}}
+    world.say("refund 42", [refund])
+    result = await world.run("turn-1", "refund 42")
+    interaction = result.checkpoint.interaction
+    assert interaction is not None and interaction.kind == "confirmation"
+    assert interaction.prompt == "Charge 5 EUR for order 42?"
+    assert interaction.options == ["yes", "no"]
+    assert result.checkpoint.receipts == []
