@@ -209,3 +209,4 @@ async def test_capability_owned_confirmation_opens_its_own_interaction(
     assert interaction.prompt == "Charge 5 EUR for order 42?"
     assert interaction.options == ["yes", "no"]
     assert result.checkpoint.receipts == []
+    assert result.checkpoint.agenda[0].data["amount"] == 5

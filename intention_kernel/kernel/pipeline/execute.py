@@ -103,11 +103,16 @@ def _outcome(
             receipts=context.receipts,
         )
     if isinstance(result, NeedsConfirmation):
+        try:
+            data = _stored_form(dict(result.data))
+        except (ValueError, TypeError, RecursionError):
+            return _failed(step, "the capability's confirmation details are not storable")
         return StepOutcome(
             step=step,
             status="needs_confirmation",
             prompt=result.prompt,
             options=result.options,
+            data=data if isinstance(data, dict) else {},
             receipts=context.receipts,
         )
     if isinstance(result, Failed):

@@ -95,7 +95,7 @@ def reduce_outcomes(
                 "waiting_for_fact" if outcome.status == "needs_dependency" else outcome.status,
                 outcome.reason,
                 turn_id,
-                {"missing": list(outcome.missing)},
+                {"missing": list(outcome.missing), **outcome.data},
             )
             agenda.append(item)
             if outcome.status in _ASKS and outcome.prompt:

@@ -122,6 +122,8 @@ class StepOutcome:
     prompt: str | None = None
     options: tuple[str, ...] = ()
     missing: tuple[str, ...] = ()
+    data: dict[str, JsonValue] = field(default_factory=dict)
+    """What a capability-owned confirmation asks about (kept for resuming it)."""
     receipts: list[EffectReceipt] = field(default_factory=list)
     derived_from: tuple[str, ...] = ()
     event: KernelEvent | None = None
