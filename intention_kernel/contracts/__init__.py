@@ -31,9 +31,11 @@ from .errors import (
     SerializationError,
     StoreSchemaError,
     TurnConflictError,
+    TurnTimeoutError,
     UsageError,
 )
 from .events import EventCategory, KernelEvent, StoredEvent
+from .gateway import ModelGateway, ModelRequest, ModelResponse
 from .receipts import (
     EffectAuthority,
     EffectExecution,
@@ -43,6 +45,7 @@ from .receipts import (
     ReconcileOutcome,
     ReconciliationRecord,
 )
+from .sinks import EventSink
 from .turns import DurableTurnResult
 
 __all__ = [
@@ -68,6 +71,7 @@ __all__ = [
     "EffectUncertainError",
     "ErrorCode",
     "EventCategory",
+    "EventSink",
     "Evidence",
     "FactRecord",
     "Interaction",
@@ -80,7 +84,10 @@ __all__ = [
     "KernelEvent",
     "LeaseLostError",
     "Message",
+    "ModelGateway",
     "ModelGatewayError",
+    "ModelRequest",
+    "ModelResponse",
     "ReceiptStatus",
     "ReconcileOutcome",
     "ReconciliationRecord",
@@ -90,5 +97,6 @@ __all__ = [
     "StoredEvent",
     "TurnConflictError",
     "TurnScope",
+    "TurnTimeoutError",
     "UsageError",
 ]

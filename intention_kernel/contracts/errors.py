@@ -24,7 +24,8 @@ Hierarchy::
     │   └── EffectConflictError      key used by another capability, or receipt in a wrong state
     ├── CheckpointIncompatibleError  stored checkpoint not loadable by this agent
     ├── AgentCompilationError        an agent definition is invalid (lists every problem)
-    └── ModelGatewayError            the model provider failed or answered nonsense
+    ├── ModelGatewayError            the model provider failed or answered nonsense
+    └── TurnTimeoutError             a turn ran past its deadline; nothing was committed
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ __all__ = [
     "SerializationError",
     "StoreSchemaError",
     "TurnConflictError",
+    "TurnTimeoutError",
     "UsageError",
 ]
 
@@ -72,6 +74,8 @@ class ErrorCode(StrEnum):
     PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
     INVALID_JSON = "INVALID_JSON"
     SCHEMA_VALIDATION_FAILED = "SCHEMA_VALIDATION_FAILED"
+    INVALID_TEXT = "INVALID_TEXT"
+    INVALID_SELECTION = "INVALID_SELECTION"
 
     INVALID_CONFIGURATION = "INVALID_CONFIGURATION"
 
@@ -105,6 +109,9 @@ class ErrorCode(StrEnum):
     CHECKPOINT_INCOMPATIBLE = "CHECKPOINT_INCOMPATIBLE"
     AGENT_COMPILATION_FAILED = "AGENT_COMPILATION_FAILED"
     MODEL_GATEWAY_FAILED = "MODEL_GATEWAY_FAILED"
+    MODEL_OUTPUT_INVALID = "MODEL_OUTPUT_INVALID"
+    CAPABILITY_OUTPUT_INVALID = "CAPABILITY_OUTPUT_INVALID"
+    TURN_TIMEOUT = "TURN_TIMEOUT"
 
     INVALID_SINK_URL = "INVALID_SINK_URL"
     SINK_UNAVAILABLE = "SINK_UNAVAILABLE"
@@ -250,4 +257,10 @@ class AgentCompilationError(KernelError):
 class ModelGatewayError(KernelError):
     default_code = ErrorCode.MODEL_GATEWAY_FAILED
     default_message = "the model gateway failed"
+    default_retryable = True
+
+
+class TurnTimeoutError(KernelError):
+    default_code = ErrorCode.TURN_TIMEOUT
+    default_message = "the turn did not finish before its deadline; nothing was committed"
     default_retryable = True

@@ -1,6 +1,7 @@
 """Public test helpers. ``MemoryDurability`` is the in-process, test-only adapter.
 
-``EventCollector`` is an in-memory ``EventSink`` for relay tests. The outbox-source suite is
+``ScriptedModelGateway`` answers model requests from a script; ``EventCollector`` is an
+in-memory ``EventSink`` for relay and kernel tests. The outbox-source suite is
 ``intention_kernel.testing.outbox_conformance``. The adapter conformance suite lives in
 ``intention_kernel.testing.conformance`` (both need the ``testing`` extra: pytest and
 hypothesis).
@@ -9,12 +10,15 @@ hypothesis).
 from ..durability.crashpoints import CrashPoint, SimulatedCrash, crash_hook, raise_at
 from ..durability.memory import MemoryDurability, MemoryStore
 from .events import EventCollector
+from .gateway import ScriptedModelGateway, ScriptEntry
 
 __all__ = [
     "CrashPoint",
     "EventCollector",
     "MemoryDurability",
     "MemoryStore",
+    "ScriptEntry",
+    "ScriptedModelGateway",
     "SimulatedCrash",
     "crash_hook",
     "raise_at",

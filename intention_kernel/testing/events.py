@@ -1,4 +1,4 @@
-"""``EventCollector``: an in-memory ``EventSink`` for tests of relays and event flows.
+"""``EventCollector``: an in-memory ``EventSink`` for tests of relays, kernels and event flows.
 
 It records every publish (so tests count deliveries per event id and check per-thread order),
 detects two deliveries of one event id in flight at the same time, and can be scripted to fail:
@@ -64,6 +64,20 @@ class EventCollector:
         for event in self.events:
             threads.setdefault(event.thread_id, []).append(event)
         return threads
+
+    def of_type(self, type: str) -> list[KernelEvent]:
+        return [e for e in self.events if e.type == type]
+
+    def for_turn(self, turn_id: str) -> list[KernelEvent]:
+        return [e for e in self.events if e.turn_id == turn_id]
+
+    def types(self, turn_id: str | None = None) -> list[str]:
+        events = self.events if turn_id is None else self.for_turn(turn_id)
+        return [e.type for e in events]
+
+    def clear(self) -> None:
+        self.events.clear()
+        self.counts.clear()
 
     async def close(self) -> None:
         self.closed = True

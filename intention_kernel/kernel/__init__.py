@@ -1,0 +1,64 @@
+"""The agent kernel: capabilities, compile, and the durable turn pipeline.
+
+Talks to storage only through the ``Durability``/``TurnScope`` protocols and to models only
+through the ``ModelGateway`` protocol.
+"""
+
+from .agent import AgentDefinition, define_agent
+from .capability import Capability, Confirmation, Effect, Guidance, define_capability
+from .compat import Compatibility, Migration
+from .context import CapabilityContext, StepEvents, TurnInfo
+from .events import Redactor
+from .kernel import Kernel
+from .limits import KernelLimits
+from .manifest import build_manifest, manifest_fingerprint
+from .policies import Policy, PolicyDecision, PolicyRequest, allow, deny, require_confirmation
+from .response import Response, StepSummary, TurnResult
+from .results import (
+    CapabilityResult,
+    Completed,
+    Failed,
+    NeedsConfirmation,
+    NeedsDependency,
+    NeedsInput,
+    ProducedFact,
+)
+from .runtime import CompiledAgent, request_fingerprint
+
+__all__ = [
+    "AgentDefinition",
+    "Capability",
+    "CapabilityContext",
+    "CapabilityResult",
+    "Compatibility",
+    "CompiledAgent",
+    "Completed",
+    "Confirmation",
+    "Effect",
+    "Failed",
+    "Guidance",
+    "Kernel",
+    "KernelLimits",
+    "Migration",
+    "NeedsConfirmation",
+    "NeedsDependency",
+    "NeedsInput",
+    "Policy",
+    "PolicyDecision",
+    "PolicyRequest",
+    "ProducedFact",
+    "Redactor",
+    "Response",
+    "StepEvents",
+    "StepSummary",
+    "TurnInfo",
+    "TurnResult",
+    "allow",
+    "build_manifest",
+    "define_agent",
+    "define_capability",
+    "deny",
+    "manifest_fingerprint",
+    "request_fingerprint",
+    "require_confirmation",
+]

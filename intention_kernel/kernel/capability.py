@@ -1,0 +1,91 @@
+"""``define_capability``: one typed, versioned thing an agent can do.
+
+Why definitions are inert data: ``kernel.compile`` checks every definition at once and lists
+every problem, so ``define_capability`` records what it is given and leaves judging to compile.
+The input and output schemas are pydantic models; their JSON Schema is what a model sees.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel
+
+from .results import CapabilityResult
+
+if TYPE_CHECKING:
+    from .context import CapabilityContext
+
+__all__ = ["Capability", "Confirmation", "Effect", "Guidance", "define_capability"]
+
+Effect = Literal["none", "read", "write"]
+Confirmation = Literal["none", "required", "capability"]
+Execute = Callable[["CapabilityContext", Any], Awaitable[CapabilityResult]]
+
+
+@dataclass(frozen=True, slots=True)
+class Guidance:
+    """What the interpreting model is told about when (not) to pick this capability."""
+
+    when_to_use: str = ""
+    when_not_to_use: str = ""
+    examples: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "when_to_use": self.when_to_use,
+            "when_not_to_use": self.when_not_to_use,
+            "examples": list(self.examples),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Capability:
+    id: str
+    version: str
+    description: str
+    input_schema: type[BaseModel]
+    output_schema: type[BaseModel]
+    execute: Execute
+    requires: tuple[str, ...] = ()
+    provides: tuple[str, ...] = ()
+    invalidates: tuple[str, ...] = ()
+    effect: Effect = "read"
+    confirmation: Confirmation = "none"
+    guidance: Guidance = field(default_factory=Guidance)
+
+
+def define_capability(
+    *,
+    id: str,
+    version: str,
+    description: str,
+    input: type[BaseModel],
+    output: type[BaseModel],
+    execute: Execute,
+    requires: Sequence[str] = (),
+    provides: Sequence[str] = (),
+    invalidates: Sequence[str] = (),
+    effect: Effect = "read",
+    confirmation: Confirmation = "none",
+    guidance: Guidance | None = None,
+) -> Capability:
+    """Record a capability. ``execute(context, input)`` gets the validated input model and
+    returns ``Completed | NeedsInput | NeedsDependency | NeedsConfirmation | Failed``.
+    Writes must declare ``effect="write"`` and go through ``context.run_effect``."""
+    return Capability(
+        id=id,
+        version=version,
+        description=description,
+        input_schema=input,
+        output_schema=output,
+        execute=execute,
+        requires=tuple(requires),
+        provides=tuple(provides),
+        invalidates=tuple(invalidates),
+        effect=effect,
+        confirmation=confirmation,
+        guidance=guidance if guidance is not None else Guidance(),
+    )

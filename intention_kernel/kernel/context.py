@@ -1,0 +1,142 @@
+"""``CapabilityContext``: everything one step may use, and nothing else.
+
+Why a narrow context: a capability reaches the outside world only through the host's ports and,
+for writes, through ``run_effect`` (the durable effect ledger). It sees the facts visible at
+step start, the turn identity, its own execution ids and its deadline, and may emit events on
+its own causal branch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import JsonValue
+
+from ..contracts.checkpoint import FactRecord
+from ..contracts.durability import TurnScope
+from ..contracts.errors import ErrorCode, UsageError
+from ..contracts.events import EventCategory, KernelEvent
+from ..contracts.receipts import EffectAuthority, EffectExecution, EffectIdentity, EffectReceipt
+from .events import EventRecorder
+from .facts import parse_fact_ref
+
+__all__ = ["CapabilityContext", "StepEvents", "TurnInfo"]
+
+
+@dataclass(frozen=True, slots=True)
+class TurnInfo:
+    thread_id: str
+    turn_id: str
+    trace_id: str
+    text: str
+    selection: Mapping[str, JsonValue] | None
+
+
+class StepEvents:
+    """``context.events.emit(type, data)``: events caused by this step's start event."""
+
+    __slots__ = ("_cause", "_recorder", "_step_id")
+
+    def __init__(self, recorder: EventRecorder, cause: KernelEvent, step_id: str) -> None:
+        self._recorder = recorder
+        self._cause = cause
+        self._step_id = step_id
+
+    def emit(
+        self,
+        type: str,
+        data: dict[str, JsonValue] | None = None,
+        *,
+        category: EventCategory = EventCategory.TRACE,
+    ) -> KernelEvent:
+        return self._recorder.emit(
+            type, data, cause=self._cause, step_id=self._step_id, category=category
+        )
+
+
+class CapabilityContext:
+    __slots__ = (
+        "_effect",
+        "_receipts",
+        "_scope",
+        "capability_id",
+        "deadline",
+        "events",
+        "execution_id",
+        "facts",
+        "host_context",
+        "ports",
+        "step_id",
+        "turn",
+    )
+
+    def __init__(
+        self,
+        *,
+        scope: TurnScope,
+        capability_id: str,
+        effect: str,
+        step_id: str,
+        execution_id: str,
+        turn: TurnInfo,
+        ports: Mapping[str, Any],
+        facts: Mapping[str, FactRecord],
+        host_context: Mapping[str, Any],
+        events: StepEvents,
+        deadline: float,
+    ) -> None:
+        self._scope = scope
+        self._effect = effect
+        self._receipts: list[EffectReceipt] = []
+        self.capability_id = capability_id
+        self.step_id = step_id
+        self.execution_id = execution_id
+        self.turn = turn
+        self.ports = ports
+        self.facts = facts
+        self.host_context = host_context
+        self.events = events
+        self.deadline = deadline
+        """Event-loop time (``asyncio.get_running_loop().time()``) the step must end by."""
+
+    @property
+    def receipts(self) -> list[EffectReceipt]:
+        """Receipts of the effects this step ran (first runs and replays)."""
+        return list(self._receipts)
+
+    def remaining(self) -> float:
+        """Seconds left before the step's deadline (pass it on as a provider timeout)."""
+        return max(0.0, self.deadline - asyncio.get_running_loop().time())
+
+    def fact(self, ref: str, key: str | None = None) -> FactRecord | None:
+        """The visible fact ``name@version`` (optionally with its key), if any."""
+        parsed = parse_fact_ref(ref)
+        if parsed is None:
+            return None
+        return self.facts.get(f"{parsed}" if key is None else f"{parsed}#{key}")
+
+    async def run_effect(
+        self, key: str, operation: Callable[[EffectAuthority], Awaitable[JsonValue]]
+    ) -> EffectExecution:
+        """Run an external write at most once per business key (spec, "Durable external
+        effects"). The kernel prefixes ``key`` with the capability id; only ``effect="write"``
+        capabilities may call it."""
+        if self._effect != "write":
+            raise UsageError(
+                "only write capabilities may run effects",
+                code=ErrorCode.EFFECT_NOT_ALLOWED,
+                context={"capability_id": self.capability_id},
+            )
+        if not isinstance(key, str) or not key.strip():
+            raise UsageError(
+                "an effect key must be non-blank text",
+                code=ErrorCode.INVALID_IDEMPOTENCY_KEY,
+                context={"capability_id": self.capability_id},
+            )
+        identity = EffectIdentity(f"{self.capability_id}:{key}", self.capability_id, self.step_id)
+        execution = await self._scope.run_effect(identity, operation)
+        self._receipts.append(execution.receipt)
+        return execution

@@ -1,0 +1,45 @@
+"""``KernelLimits``: the bounds that keep per-turn cost independent of thread length."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..contracts.errors import ConfigurationError
+
+__all__ = ["KernelLimits"]
+
+
+@dataclass(frozen=True, slots=True)
+class KernelLimits:
+    max_text_length: int = 16_000
+    """Characters of user text accepted by ``run``."""
+    max_selection_bytes: int = 16_384
+    """Encoded size of a ``selection``."""
+    max_messages: int = 40
+    """Messages kept in the checkpoint; older ones are counted in ``omitted_messages``."""
+    context_messages: int = 12
+    """Recent messages shown to the model."""
+    max_receipts: int = 50
+    """Receipts kept in the checkpoint (uncertain ones are always kept)."""
+    max_agenda: int = 20
+    """Agenda items kept; the oldest go first, never the one the active interaction names."""
+    max_steps: int = 8
+    """Planned steps per turn; more are refused with a clarification."""
+    step_timeout: float = 30.0
+    """Seconds one capability step may run."""
+
+    def __post_init__(self) -> None:
+        numbers = {
+            "max_text_length": self.max_text_length,
+            "max_selection_bytes": self.max_selection_bytes,
+            "max_messages": self.max_messages,
+            "context_messages": self.context_messages,
+            "max_receipts": self.max_receipts,
+            "max_agenda": self.max_agenda,
+            "max_steps": self.max_steps,
+        }
+        bad = {k: v for k, v in numbers.items() if not isinstance(v, int) or v < 1}
+        if not (self.step_timeout > 0) or bad:
+            raise ConfigurationError(
+                "kernel limits must be positive", context={"invalid": sorted(bad)}
+            )

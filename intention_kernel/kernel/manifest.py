@@ -1,0 +1,50 @@
+"""The agent manifest and its fingerprint.
+
+Why a manifest: a stored checkpoint was produced under one contract (capability ids, versions,
+schemas, facts, effect and confirmation modes). The fingerprint is the SHA-256 of the manifest's
+canonical JSON (sorted keys, no whitespace), so it is the same in every process and Python
+version for the same definition, and any contract change yields a new one. Descriptions,
+guidance and the ``execute`` functions are deliberately left out: rewording a description is not
+a contract change, and function objects have no stable identity.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..contracts.codec import fingerprint
+from .agent import AgentDefinition
+from .capability import Capability
+
+__all__ = ["MANIFEST_VERSION", "build_manifest", "manifest_fingerprint"]
+
+MANIFEST_VERSION = 1
+
+
+def _capability_entry(cap: Capability) -> dict[str, Any]:
+    return {
+        "id": cap.id,
+        "version": cap.version,
+        "effect": cap.effect,
+        "confirmation": cap.confirmation,
+        "requires": sorted(cap.requires),
+        "provides": sorted(cap.provides),
+        "invalidates": sorted(cap.invalidates),
+        "input_schema": cap.input_schema.model_json_schema(),
+        "output_schema": cap.output_schema.model_json_schema(),
+    }
+
+
+def build_manifest(agent: AgentDefinition) -> dict[str, Any]:
+    """The contract of a (valid) agent as plain JSON."""
+    return {
+        "manifest_version": MANIFEST_VERSION,
+        "agent": {"id": agent.id, "version": agent.version},
+        "capabilities": sorted(
+            (_capability_entry(c) for c in agent.capabilities), key=lambda e: str(e["id"])
+        ),
+    }
+
+
+def manifest_fingerprint(manifest: dict[str, Any]) -> str:
+    return "ik1-" + fingerprint(manifest)

@@ -1,0 +1,157 @@
+"""Stage: response composition. The model words the answer; the kernel checks its citations.
+
+Every evidence id the model cites must exist (this turn's evidence or that of a visible fact).
+An answer that cites unknown ids, or is malformed, gets one recomposition; after that the kernel
+falls back to a safe answer built from the capabilities' canonical text. A turn that only needs a
+clarification is answered by the kernel without a model call.
+"""
+
+from __future__ import annotations
+
+from pydantic import JsonValue, ValidationError
+
+from ...contracts.events import EventCategory
+from ..response import Response, StepSummary
+from ._model import ask
+from .state import Composition, StepOutcome, TurnState
+
+__all__ = ["compose", "fallback_text"]
+
+_STATUS_TEXT = {
+    "failed": "I could not complete that: {reason}",
+    "skipped": "I could not complete that because an earlier step did not finish.",
+    "needs_dependency": "I need more information before I can do that.",
+}
+
+
+def _summaries(state: TurnState) -> list[StepSummary]:
+    assert state.plan is not None
+    steps = [
+        StepSummary(
+            step_id=o.step.step_id,
+            capability_id=o.step.capability.id,
+            status=o.status,
+            reason=o.reason,
+        )
+        for o in state.outcomes
+    ]
+    steps.extend(
+        StepSummary(
+            step_id=h.step.step_id,
+            capability_id=h.step.capability.id,
+            status=h.status,
+            reason=h.reason,
+        )
+        for h in state.plan.held
+    )
+    return steps
+
+
+def _outcome_json(outcome: StepOutcome) -> JsonValue:
+    return {
+        "step_id": outcome.step.step_id,
+        "capability_id": outcome.step.capability.id,
+        "status": outcome.status,
+        "output": outcome.output,
+        "text": outcome.text,
+        "reason": outcome.reason,
+        "prompt": outcome.prompt,
+        "evidence_id": None if outcome.evidence is None else outcome.evidence.id,
+    }
+
+
+def fallback_text(state: TurnState) -> str:
+    """A safe answer from canonical capability text, reasons and clarifications only."""
+    assert state.plan is not None
+    parts: list[str] = []
+    for outcome in state.outcomes:
+        if outcome.status == "completed":
+            parts.append(outcome.text or f"Done: {outcome.step.capability.description}")
+        elif outcome.prompt:
+            parts.append(outcome.prompt)
+        elif outcome.status in _STATUS_TEXT:
+            parts.append(_STATUS_TEXT[outcome.status].format(reason=outcome.reason or ""))
+    parts.extend(state.plan.clarifications)
+    if state.reduction is not None and state.reduction.new_interaction is not None:
+        parts.append(state.reduction.new_interaction.prompt)
+    return "\n".join(p for p in parts if p) or "I am not sure how to help with that."
+
+
+def _check(output: JsonValue, known: set[str]) -> tuple[Composition | None, list[JsonValue]]:
+    try:
+        composition = Composition.model_validate(output)
+    except ValidationError:
+        return None, ["the answer must be an object with 'text' and 'citations'"]
+    if not composition.text.strip():
+        return None, ["the answer text is empty"]
+    unknown = [c for c in composition.citations if c not in known]
+    if unknown:
+        return None, [f"unknown evidence id: {c}" for c in unknown[:10]]
+    return composition, []
+
+
+async def compose(state: TurnState) -> None:
+    plan, reduction = state.plan, state.reduction
+    assert plan is not None and reduction is not None
+    evidence = list(reduction.evidence)
+    interaction = reduction.new_interaction
+    steps = _summaries(state)
+    if not state.outcomes and plan.clarifications and interaction is None:
+        state.response = Response(
+            text="\n".join(plan.clarifications), kind="clarification", steps=steps
+        )
+    else:
+        known = {e.id for e in evidence}
+        known.update(e.id for f in reduction.facts for e in f.evidence)
+        payload: dict[str, JsonValue] = {
+            "text": state.turn.text,
+            "reply": None if state.interpretation is None else state.interpretation.reply,
+            "outcomes": [_outcome_json(o) for o in state.outcomes],
+            "clarifications": list(plan.clarifications),
+            "interaction": None if interaction is None else interaction.prompt,
+            "context": state.projection,
+        }
+        composition: Composition | None = None
+        for _attempt in range(2):
+            output = await ask(
+                state,
+                "compose",
+                state.runtime.definition.instructions,
+                payload,
+                state.runtime.composition_schema,
+            )
+            composition, problems = _check(output, known)
+            if composition is not None:
+                break
+            payload = {**payload, "problems": problems}
+        if composition is None:
+            state.response = Response(
+                text=fallback_text(state),
+                kind="fallback",
+                evidence=evidence,
+                citations=[e.id for e in evidence],
+                steps=steps,
+                interaction=interaction,
+            )
+        else:
+            text = composition.text
+            if interaction is not None and interaction.prompt not in text:
+                text = f"{text}\n{interaction.prompt}"
+            state.response = Response(
+                text=text,
+                kind="answer",
+                citations=list(dict.fromkeys(composition.citations)),
+                evidence=evidence,
+                steps=steps,
+                interaction=interaction,
+            )
+    state.recorder.emit(
+        "response.composed",
+        {
+            "kind": state.response.kind,
+            "text": state.response.text,
+            "citations": list(state.response.citations),
+        },
+        cause=state.plan_event or state.start_event,
+        category=EventCategory.INTEGRATION,
+    )

@@ -1,0 +1,244 @@
+"""Stage: execution. Runs the planned steps: independent ones concurrently, dependents after.
+
+Each step is a task in one task group. A step waits for the steps it depends on, then runs its
+capability with a fresh ``CapabilityContext`` (ports, visible facts including those produced
+earlier in this turn, turn info, execution ids, deadline, its own event branch, and
+``run_effect`` for writes). Handled outcomes become data; an exception from a capability is a
+crash: it leaves the turn and nothing is committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from types import MappingProxyType
+from typing import Any
+
+from pydantic import BaseModel, JsonValue, ValidationError
+
+from ...contracts.checkpoint import Evidence, FactRecord
+from ...contracts.errors import KernelError
+from ...contracts.events import EventCategory
+from ...contracts.ids import new_id
+from ..context import CapabilityContext, StepEvents
+from ..facts import FactRef, apply_fact, parse_fact_ref
+from ..results import Completed, Failed, NeedsConfirmation, NeedsDependency, NeedsInput
+from .state import PlannedStep, StepOutcome, TurnState
+
+__all__ = ["execute"]
+
+
+def _stored_form(value: JsonValue) -> JsonValue:
+    """The value as a replay will see it (tuples become lists); refuses what JSON cannot hold.
+
+    The store's codec applies its stricter rules (NUL, depth, size) to the whole turn at commit.
+    """
+    return json.loads(json.dumps(value, ensure_ascii=False, allow_nan=False))  # type: ignore[no-any-return]
+
+
+def _failed(step: PlannedStep, reason: str, **extra: Any) -> StepOutcome:
+    return StepOutcome(step=step, status="failed", reason=reason, **extra)
+
+
+def _completed(
+    state: TurnState, step: PlannedStep, result: Completed, context: CapabilityContext
+) -> StepOutcome:
+    cap = step.capability
+    output = result.output
+    try:
+        if not isinstance(output, cap.output_schema):
+            dumped = output.model_dump() if isinstance(output, BaseModel) else output
+            output = cap.output_schema.model_validate(dumped)
+        # A validated model dumps to JSON types; the store's codec refuses NaN at commit.
+        output_json: JsonValue = output.model_dump(mode="json")
+        facts: list[tuple[FactRef, str | None, JsonValue]] = []
+        for produced in result.facts:
+            ref = parse_fact_ref(produced.type)
+            if ref is None or produced.type not in cap.provides:
+                return _failed(step, "the capability produced a fact it does not declare")
+            facts.append((ref, produced.key, _stored_form(produced.value)))
+    except (ValidationError, KernelError, ValueError, TypeError, RecursionError):
+        return _failed(step, "the capability's output did not match its declared schema")
+    receipts = context.receipts
+    if cap.effect == "write" and not receipts:
+        return _failed(step, "a write completed without going through run_effect")
+    evidence = Evidence(
+        id=new_id("ev"),
+        capability_id=cap.id,
+        turn_id=state.turn.turn_id,
+        step_id=step.step_id,
+        receipt_id=receipts[0].id if receipts else None,
+        source=result.source,
+    )
+    return StepOutcome(
+        step=step,
+        status="completed",
+        output=output_json,
+        facts=facts,
+        evidence=evidence,
+        text=result.text,
+        receipts=receipts,
+    )
+
+
+def _outcome(
+    state: TurnState, step: PlannedStep, result: object, context: CapabilityContext
+) -> StepOutcome:
+    if isinstance(result, Completed):
+        return _completed(state, step, result, context)
+    if isinstance(result, NeedsInput):
+        return StepOutcome(
+            step=step,
+            status="needs_input",
+            prompt=result.prompt,
+            missing=result.fields,
+            receipts=context.receipts,
+        )
+    if isinstance(result, NeedsDependency):
+        return StepOutcome(
+            step=step,
+            status="needs_dependency",
+            missing=(result.fact,),
+            reason=result.reason or None,
+            receipts=context.receipts,
+        )
+    if isinstance(result, NeedsConfirmation):
+        try:
+            data = _stored_form(dict(result.data))
+        except (ValueError, TypeError, RecursionError):
+            return _failed(step, "the capability's confirmation details are not storable")
+        return StepOutcome(
+            step=step,
+            status="needs_confirmation",
+            prompt=result.prompt,
+            options=result.options,
+            data=data if isinstance(data, dict) else {},
+            receipts=context.receipts,
+        )
+    if isinstance(result, Failed):
+        return _failed(step, result.reason, receipts=context.receipts)
+    return _failed(step, "the capability returned an unknown result")
+
+
+def _visible(
+    base: dict[str, FactRecord], step: PlannedStep, done: dict[str, StepOutcome], turn_id: str
+) -> tuple[dict[str, FactRecord], tuple[str, ...]]:
+    """Checkpoint facts plus those produced by the steps this one waited for."""
+    if not step.after:
+        return base, ()
+    visible = dict(base)
+    for dep in step.after:
+        outcome = done[dep]
+        if outcome.evidence is None:
+            continue
+        for ref, key, value in outcome.facts:
+            apply_fact(visible, ref, key, value, outcome.evidence, (), turn_id)
+    used = tuple(
+        fid for fid, f in visible.items() if f"{f.type}@{f.version}" in step.capability.requires
+    )
+    return visible, used
+
+
+async def _run_step(
+    state: TurnState,
+    step: PlannedStep,
+    done: dict[str, StepOutcome],
+    finished: dict[str, asyncio.Event],
+) -> None:
+    try:
+        for dep in step.after:
+            await finished[dep].wait()
+        blocked = [d for d in step.after if done[d].status != "completed"]
+        if blocked:
+            outcome = StepOutcome(
+                step=step, status="skipped", reason="a step it depends on did not complete"
+            )
+            outcome.event = state.recorder.emit(
+                "step.skipped",
+                {"capability_id": step.capability.id, "blocked_by": list[JsonValue](blocked)},
+                cause=state.plan_event,
+                step_id=step.step_id,
+                category=EventCategory.AUDIT,
+            )
+            done[step.step_id] = outcome
+            return
+        done[step.step_id] = await _call(state, step, done)
+    finally:
+        finished[step.step_id].set()
+
+
+async def _call(state: TurnState, step: PlannedStep, done: dict[str, StepOutcome]) -> StepOutcome:
+    cap = step.capability
+    recorder = state.recorder
+    started = recorder.emit(
+        "step.started",
+        {"capability_id": cap.id, "capability_version": cap.version, "input": step.input_json},
+        cause=state.plan_event,
+        step_id=step.step_id,
+    )
+    visible, used = _visible(state.facts, step, done, state.turn.turn_id)
+    if not used:
+        used = tuple(fid for fid, f in visible.items() if f"{f.type}@{f.version}" in cap.requires)
+    loop = asyncio.get_running_loop()
+    deadline = min(state.deadline, loop.time() + state.runtime.limits.step_timeout)
+    context = CapabilityContext(
+        scope=state.scope,
+        capability_id=cap.id,
+        effect=cap.effect,
+        step_id=step.step_id,
+        execution_id=new_id("exec"),
+        turn=state.turn,
+        ports=state.runtime.ports,
+        facts=MappingProxyType(visible),
+        host_context=state.host_context,
+        events=StepEvents(recorder, started, step.step_id),
+        deadline=deadline,
+    )
+    try:
+        async with asyncio.timeout_at(deadline):
+            result = await cap.execute(context, step.input)
+    except TimeoutError:
+        outcome = _failed(step, "this took too long; please try again", receipts=context.receipts)
+    else:
+        outcome = _outcome(state, step, result, context)
+    outcome.derived_from = used
+    data: dict[str, JsonValue] = {"capability_id": cap.id, "status": outcome.status}
+    if outcome.evidence is not None:
+        data["evidence_id"] = outcome.evidence.id
+    if outcome.reason:
+        data["reason"] = outcome.reason
+    outcome.event = recorder.emit(
+        f"step.{outcome.status}",
+        data,
+        cause=started,
+        step_id=step.step_id,
+        category=EventCategory.AUDIT,
+    )
+    return outcome
+
+
+async def execute(state: TurnState) -> None:
+    assert state.plan is not None
+    steps = state.plan.steps
+    done: dict[str, StepOutcome] = {}
+    if len(steps) == 1 and not steps[0].after:
+        done[steps[0].step_id] = await _call(state, steps[0], done)
+    elif steps:
+        finished = {s.step_id: asyncio.Event() for s in steps}
+        try:
+            async with asyncio.TaskGroup() as group:
+                for step in steps:
+                    group.create_task(_run_step(state, step, done, finished))
+        except BaseExceptionGroup as group_error:
+            # A crashing capability aborts the turn; surface its own exception, not a group.
+            raise _first(group_error) from None
+    state.outcomes = [done[s.step_id] for s in steps]
+
+
+def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    for exc in group.exceptions:
+        if isinstance(exc, BaseExceptionGroup):
+            return _first(exc)
+        if not isinstance(exc, asyncio.CancelledError):
+            return exc
+    return group.exceptions[0]

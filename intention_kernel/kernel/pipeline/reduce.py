@@ -1,0 +1,168 @@
+"""Stage: reduction. Pure: outcomes become the successor's facts, agenda and interaction.
+
+Facts are applied in plan order (deterministic even when steps ran concurrently): declared
+invalidations first, then each produced fact as a new record or the next revision, with the
+step's evidence and the ids of the facts it relied on. Held steps and steps that asked for input,
+a dependency or consent become agenda items; the first such request becomes the active
+interaction unless one is already pending (it stays until answered).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from pydantic import JsonValue
+
+from ...contracts.checkpoint import AgendaItem, Evidence, FactRecord, Interaction, KernelCheckpoint
+from ...contracts.events import EventCategory
+from ...contracts.receipts import EffectReceipt, ReceiptStatus
+from ..facts import apply_fact, invalidate, parse_fact_ref
+from .state import HeldStep, PlannedStep, Reduction, StepOutcome, TurnState
+
+__all__ = ["bound_agenda", "bound_receipts", "reduce", "reduce_outcomes"]
+
+_ASKS = {"needs_input": "input", "needs_confirmation": "confirmation"}
+
+
+def bound_receipts(
+    previous: Iterable[EffectReceipt], new: Iterable[EffectReceipt], limit: int
+) -> list[EffectReceipt]:
+    """Receipts that matter now: every uncertain one, plus the most recent others (bounded)."""
+    merged: dict[str, EffectReceipt] = {}
+    for receipt in (*previous, *new):
+        merged.pop(receipt.idempotency_key, None)
+        merged[receipt.idempotency_key] = receipt
+    ordered = list(merged.values())
+    uncertain = [r for r in ordered if r.status is ReceiptStatus.UNCERTAIN]
+    others = [r for r in ordered if r.status is not ReceiptStatus.UNCERTAIN]
+    keep = {id(r) for r in uncertain} | {id(r) for r in others[-limit:]}
+    return [r for r in ordered if id(r) in keep]
+
+
+def bound_agenda(
+    agenda: list[AgendaItem], interaction: Interaction | None, limit: int
+) -> list[AgendaItem]:
+    """Keep the newest ``limit`` items, and always the one the active interaction waits on."""
+    if len(agenda) <= limit:
+        return agenda
+    pinned = None if interaction is None else interaction.agenda_item_id
+    keep = {id(a) for a in agenda[-limit:]} | {id(a) for a in agenda if a.id == pinned}
+    return [a for a in agenda if id(a) in keep]
+
+
+def _agenda_item(
+    step: PlannedStep, status: str, reason: str | None, turn_id: str, data: dict[str, JsonValue]
+) -> AgendaItem:
+    return AgendaItem(
+        id=f"{turn_id}:{step.step_id}"[:256],
+        capability_id=step.capability.id,
+        capability_version=step.capability.version,
+        input=step.input_json,
+        status=status,
+        reason=reason,
+        created_turn_id=turn_id,
+        data=data,
+    )
+
+
+def reduce_outcomes(
+    checkpoint: KernelCheckpoint | None,
+    outcomes: list[StepOutcome],
+    held: list[HeldStep],
+    turn_id: str,
+    receipt_limit: int,
+    agenda_limit: int = 20,
+) -> Reduction:
+    facts: dict[str, FactRecord] = {} if checkpoint is None else {f.id: f for f in checkpoint.facts}
+    evidence: list[Evidence] = []
+    new_receipts: list[EffectReceipt] = []
+    agenda = [] if checkpoint is None else list(checkpoint.agenda)
+    interaction = None if checkpoint is None else checkpoint.interaction
+    new_interaction: Interaction | None = None
+    asks: list[tuple[AgendaItem, str, str, tuple[str, ...]]] = []
+    for outcome in outcomes:
+        new_receipts.extend(outcome.receipts)
+        cap = outcome.step.capability
+        if outcome.status == "completed" and outcome.evidence is not None:
+            evidence.append(outcome.evidence)
+            refs = [r for r in (parse_fact_ref(x) for x in cap.invalidates) if r is not None]
+            invalidate(facts, refs)
+            for ref, key, value in outcome.facts:
+                apply_fact(facts, ref, key, value, outcome.evidence, outcome.derived_from, turn_id)
+        elif outcome.status in ("needs_input", "needs_confirmation", "needs_dependency"):
+            item = _agenda_item(
+                outcome.step,
+                "waiting_for_fact" if outcome.status == "needs_dependency" else outcome.status,
+                outcome.reason,
+                turn_id,
+                {"missing": list(outcome.missing), **outcome.data},
+            )
+            agenda.append(item)
+            if outcome.status in _ASKS and outcome.prompt:
+                asks.append((item, _ASKS[outcome.status], outcome.prompt, outcome.options))
+    for hold in held:
+        item = _agenda_item(
+            hold.step, hold.status, hold.reason, turn_id, {"missing": list(hold.missing)}
+        )
+        agenda.append(item)
+        if hold.status == "awaiting_confirmation":
+            prompt = f"Please confirm: {hold.step.capability.description.rstrip('.')}."
+            asks.append((item, "confirmation", prompt, ("yes", "no")))
+    if interaction is None and asks:
+        item, kind, prompt, options = asks[0]
+        new_interaction = Interaction(
+            id=f"ia-{item.id}"[:256],
+            kind=kind,
+            prompt=prompt,
+            options=list(options),
+            agenda_item_id=item.id,
+            turn_id=turn_id,
+        )
+        interaction = new_interaction
+    previous_receipts = [] if checkpoint is None else checkpoint.receipts
+    return Reduction(
+        facts=list(facts.values()),
+        agenda=bound_agenda(agenda, interaction, agenda_limit),
+        interaction=interaction,
+        new_interaction=new_interaction,
+        receipts=bound_receipts(previous_receipts, new_receipts, receipt_limit),
+        evidence=evidence,
+    )
+
+
+def reduce(state: TurnState) -> None:
+    assert state.plan is not None
+    reduction = reduce_outcomes(
+        state.checkpoint,
+        state.outcomes,
+        state.plan.held,
+        state.turn.turn_id,
+        state.runtime.limits.max_receipts,
+        state.runtime.limits.max_agenda,
+    )
+    state.reduction = reduction
+    recorder = state.recorder
+    for outcome in state.outcomes:
+        if outcome.facts and outcome.evidence is not None:
+            recorder.emit(
+                "facts.recorded",
+                {
+                    "facts": [
+                        str(ref) if key is None else f"{ref}#{key}" for ref, key, _ in outcome.facts
+                    ],
+                    "evidence_id": outcome.evidence.id,
+                },
+                cause=outcome.event,
+                step_id=outcome.step.step_id,
+                category=EventCategory.AUDIT,
+            )
+    if reduction.new_interaction is not None:
+        recorder.emit(
+            "interaction.opened",
+            {
+                "interaction_id": reduction.new_interaction.id,
+                "kind": reduction.new_interaction.kind,
+            },
+            cause=state.plan_event,
+            category=EventCategory.AUDIT,
+        )

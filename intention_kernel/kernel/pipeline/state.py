@@ -1,0 +1,160 @@
+"""The data that flows through the pipeline stages of one turn.
+
+Why one mutable record: each stage fills its own field (``projection``, ``interpretation``,
+``plan``, ``outcomes``, ``reduction``, ``response``) and reads only earlier ones, which keeps the
+stages small and the order visible in ``run_pipeline``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+
+from ...contracts.checkpoint import AgendaItem, Evidence, FactRecord, Interaction, KernelCheckpoint
+from ...contracts.durability import TurnScope
+from ...contracts.events import KernelEvent
+from ...contracts.gateway import ModelGateway
+from ...contracts.receipts import EffectReceipt
+from ..agent import AgentDefinition
+from ..capability import Capability
+from ..context import TurnInfo
+from ..events import EventRecorder
+from ..facts import FactRef
+from ..limits import KernelLimits
+from ..response import Response
+
+__all__ = [
+    "AgentRuntime",
+    "Composition",
+    "HeldStep",
+    "Intention",
+    "Interpretation",
+    "Plan",
+    "PlannedStep",
+    "Reduction",
+    "StepOutcome",
+    "TurnState",
+]
+
+
+class Intention(BaseModel):
+    """One thing the user wants done: a capability and its (unvalidated) input."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    capability: str
+    input: dict[str, JsonValue] = Field(default_factory=dict)
+
+
+class Interpretation(BaseModel):
+    """What the interpreting model must answer."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    intentions: list[Intention] = Field(default_factory=list)
+    reply: str | None = None
+
+
+class Composition(BaseModel):
+    """What the composing model must answer: text and the evidence ids it relies on."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    text: str
+    citations: list[str] = Field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class AgentRuntime:
+    """Everything compile fixed for the agent, shared by all its turns."""
+
+    definition: AgentDefinition
+    fingerprint: str
+    capabilities: Mapping[str, Capability]
+    catalog: list[JsonValue]
+    gateway: ModelGateway
+    ports: Mapping[str, Any]
+    limits: KernelLimits
+    interpretation_schema: dict[str, JsonValue]
+    composition_schema: dict[str, JsonValue]
+
+
+@dataclass(slots=True)
+class PlannedStep:
+    step_id: str
+    capability: Capability
+    input: BaseModel
+    input_json: dict[str, JsonValue]
+    after: tuple[str, ...] = ()
+    """Steps of this turn that must complete first (they provide a required fact)."""
+
+
+@dataclass(frozen=True, slots=True)
+class HeldStep:
+    """A valid step that does not run this turn: awaiting consent or a missing fact."""
+
+    step: PlannedStep
+    status: str  # "awaiting_confirmation" | "waiting_for_fact"
+    reason: str
+    missing: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
+class Plan:
+    steps: list[PlannedStep] = field(default_factory=list)
+    held: list[HeldStep] = field(default_factory=list)
+    clarifications: list[str] = field(default_factory=list)
+    repaired: bool = False
+
+
+@dataclass(slots=True)
+class StepOutcome:
+    step: PlannedStep
+    status: str
+    output: JsonValue = None
+    facts: list[tuple[FactRef, str | None, JsonValue]] = field(default_factory=list)
+    evidence: Evidence | None = None
+    text: str | None = None
+    reason: str | None = None
+    prompt: str | None = None
+    options: tuple[str, ...] = ()
+    missing: tuple[str, ...] = ()
+    data: dict[str, JsonValue] = field(default_factory=dict)
+    """What a capability-owned confirmation asks about (kept for resuming it)."""
+    receipts: list[EffectReceipt] = field(default_factory=list)
+    derived_from: tuple[str, ...] = ()
+    event: KernelEvent | None = None
+
+
+@dataclass(slots=True)
+class Reduction:
+    facts: list[FactRecord]
+    agenda: list[AgendaItem]
+    interaction: Interaction | None
+    new_interaction: Interaction | None
+    receipts: list[EffectReceipt]
+    evidence: list[Evidence]
+
+
+@dataclass(slots=True)
+class TurnState:
+    runtime: AgentRuntime
+    scope: TurnScope
+    turn: TurnInfo
+    host_context: Mapping[str, Any]
+    recorder: EventRecorder
+    checkpoint: KernelCheckpoint | None
+    deadline: float
+    facts: dict[str, FactRecord] = field(default_factory=dict)
+    """Facts of the loaded checkpoint by id (read-only for stages before reduce)."""
+    start_event: KernelEvent | None = None
+    projection: dict[str, JsonValue] = field(default_factory=dict)
+    interpretation: Interpretation | None = None
+    plan: Plan | None = None
+    plan_event: KernelEvent | None = None
+    outcomes: list[StepOutcome] = field(default_factory=list)
+    reduction: Reduction | None = None
+    response: Response | None = None

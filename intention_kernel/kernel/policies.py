@@ -1,0 +1,47 @@
+"""Planner policies: pure functions that allow, deny or demand consent for a planned step.
+
+Why pure: a policy decision must be explainable and testable with a table; it sees the step and
+the visible facts, never ports or the network.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ..contracts.checkpoint import FactRecord
+
+__all__ = ["Policy", "PolicyDecision", "PolicyRequest", "allow", "deny", "require_confirmation"]
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyRequest:
+    capability_id: str
+    capability_version: str
+    effect: str
+    input: Mapping[str, Any]
+    facts: Mapping[str, FactRecord]
+    host_context: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyDecision:
+    outcome: Literal["allow", "deny", "require_confirmation"]
+    reason: str = ""
+
+
+def allow() -> PolicyDecision:
+    return PolicyDecision("allow")
+
+
+def deny(reason: str) -> PolicyDecision:
+    """``reason`` is shown to the user: keep it safe."""
+    return PolicyDecision("deny", reason)
+
+
+def require_confirmation(reason: str = "") -> PolicyDecision:
+    return PolicyDecision("require_confirmation", reason)
+
+
+Policy = Callable[[PolicyRequest], PolicyDecision]

@@ -1,0 +1,166 @@
+"""``CompiledAgent.run``: one turn inside ``durability.with_turn``.
+
+Order: validate the request (typed errors, nothing written); enter the durable boundary with a
+request fingerprint; a committed turn returns at once (no model or capability call); the loaded
+checkpoint must be compatible; then the pipeline runs and commits. Events reach the host's sinks
+only after the turn ends, redacted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pydantic import JsonValue
+
+from ..contracts.durability import Durability, TurnScope
+from ..contracts.errors import TurnTimeoutError
+from ..contracts.events import EventCategory, KernelEvent
+from ..contracts.ids import new_id, validate_thread_id, validate_turn_id
+from ..contracts.sinks import EventSink
+from ..contracts.turns import DurableTurnResult
+from .compat import Compatibility, admit_checkpoint
+from .context import TurnInfo
+from .events import EventRecorder, Redactor
+from .pipeline import AgentRuntime, TurnState, run_pipeline
+from .response import Response, TurnResult
+from .validation import validate_host_context, validate_selection, validate_text, validate_timeout
+
+__all__ = ["CompiledAgent", "request_fingerprint"]
+
+
+def request_fingerprint(text: str, selection: Mapping[str, JsonValue] | None) -> str:
+    """Same turn id + different request = ``TURN_ID_REUSED`` (host context is not part of it).
+
+    Equal to ``codec.fingerprint`` of ``{"text", "selection"}``; both parts were already checked
+    by the codec's rules in ``validation``, so the canonical JSON is hashed directly.
+    """
+    payload = {"selection": None if selection is None else dict(selection), "text": text}
+    canonical = json.dumps(
+        payload, ensure_ascii=False, allow_nan=False, separators=(",", ":"), sort_keys=True
+    )
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+class CompiledAgent:
+    """A validated agent bound to a kernel's durability, model, ports and limits."""
+
+    def __init__(
+        self,
+        runtime: AgentRuntime,
+        *,
+        manifest: dict[str, Any],
+        compatibility: Compatibility,
+        durability: Durability,
+        redact: Redactor | None,
+        sinks: Sequence[EventSink],
+    ) -> None:
+        self._runtime = runtime
+        self._compat = compatibility
+        self._durability = durability
+        self._redact = redact
+        self._sinks = tuple(sinks)
+        self.manifest = manifest
+
+    @property
+    def fingerprint(self) -> str:
+        return self._runtime.fingerprint
+
+    @property
+    def id(self) -> str:
+        return self._runtime.definition.id
+
+    async def run(
+        self,
+        *,
+        thread_id: str,
+        turn_id: str,
+        text: str,
+        selection: Mapping[str, JsonValue] | None = None,
+        host_context: Mapping[str, Any] | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - part of the public contract
+    ) -> TurnResult:
+        limits = self._runtime.limits
+        validate_thread_id(thread_id)
+        validate_turn_id(turn_id)
+        chosen = validate_selection(selection, limits)
+        validate_text(text, limits, chosen is not None)
+        context = validate_host_context(host_context)
+        seconds = validate_timeout(timeout)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + (seconds if seconds is not None else 86_400.0)
+        trace_id = new_id("trace")
+        recorder = EventRecorder(thread_id, turn_id, trace_id, self._redact)
+        turn = TurnInfo(thread_id, turn_id, trace_id, text, chosen)
+        released: list[KernelEvent] = []
+        composed: list[Response] = []
+
+        async def operation(scope: TurnScope) -> tuple[DurableTurnResult, bool]:
+            prior = scope.prior_result
+            if prior is not None:
+                return prior, True
+            checkpoint = scope.checkpoint
+            if checkpoint is not None:
+                checkpoint = admit_checkpoint(checkpoint, self._compat)
+            state = TurnState(
+                runtime=self._runtime,
+                scope=scope,
+                turn=turn,
+                host_context=context,
+                recorder=recorder,
+                checkpoint=checkpoint,
+                deadline=deadline,
+                facts={} if checkpoint is None else {f.id: f for f in checkpoint.facts},
+            )
+            state.start_event = recorder.emit(
+                "turn.started",
+                {
+                    "text": text,
+                    "selection": None if chosen is None else dict(chosen),
+                    "revision": 0 if checkpoint is None else checkpoint.revision,
+                },
+                category=EventCategory.AUDIT,
+            )
+            result, events = await run_pipeline(state)
+            released.extend(events)
+            if state.response is not None:
+                composed.append(state.response)
+            return result, False
+
+        fp = request_fingerprint(text, chosen)
+        limit = asyncio.timeout_at(deadline if seconds is not None else None)
+        try:
+            async with limit:
+                stored, replayed = await self._durability.with_turn(
+                    thread_id, turn_id, operation, request_fingerprint=fp
+                )
+        except TimeoutError:
+            if not limit.expired():
+                raise  # someone else's timeout, not the turn's deadline
+            raise TurnTimeoutError(
+                context={"thread_id": thread_id, "turn_id": turn_id, "timeout": seconds}
+            ) from None
+        if released:
+            await self._publish(released)
+        # A first run hands back the response it committed; a replay reads the stored one.
+        return TurnResult(
+            response=composed[0] if composed else Response.model_validate(stored.response),
+            checkpoint=stored.checkpoint,
+            thread_id=stored.thread_id,
+            turn_id=stored.turn_id,
+            trace_id=stored.trace_id,
+            replayed=replayed,
+        )
+
+    async def _publish(self, events: list[KernelEvent]) -> None:
+        # One event per call keeps the sink contract (at most one event of a thread per publish,
+        # so a sink may send a call's events concurrently). The turn is committed: a failing
+        # live sink must not turn it into an error.
+        for sink in self._sinks:
+            with contextlib.suppress(Exception):
+                for event in events:
+                    await sink.publish([event])

@@ -1,0 +1,69 @@
+"""``ScriptedModelGateway``: a deterministic model for tests, evaluations and the demo.
+
+Each task (``interpret``, ``repair``, ``compose``) gets a script entry: a JSON value (answered
+every time), a function of the request (``request -> value``, sync or async), or a list of
+those (answered in turn; the last one repeats). Every request is recorded, so tests can assert
+how many model calls a turn made (``count("interpret")``, ``calls``).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from pydantic import JsonValue
+
+from ..contracts.errors import ModelGatewayError
+from ..contracts.gateway import ModelRequest, ModelResponse
+
+__all__ = ["ScriptEntry", "ScriptedModelGateway"]
+
+ScriptEntry = JsonValue | Callable[[ModelRequest], Any]
+
+
+class ScriptedModelGateway:
+    def __init__(self, script: Mapping[str, ScriptEntry | Sequence[ScriptEntry]] | None = None):
+        self._script: dict[str, Any] = dict(script or {})
+        self._cursor: dict[str, int] = {}
+        self.calls: list[ModelRequest] = []
+
+    def set(self, task: str, entry: ScriptEntry | Sequence[ScriptEntry]) -> None:
+        """Replace the script of one task (and restart its sequence)."""
+        self._script[task] = entry
+        self._cursor.pop(task, None)
+
+    def count(self, task: str | None = None) -> int:
+        return len(self.calls) if task is None else sum(1 for c in self.calls if c.task == task)
+
+    def reset_calls(self) -> None:
+        self.calls.clear()
+
+    def _entry(self, task: str) -> Any:
+        if task not in self._script:
+            raise ModelGatewayError(
+                "the scripted gateway has no answer for this task", context={"task": task}
+            )
+        entry = self._script[task]
+        if isinstance(entry, list | tuple):
+            if not entry:
+                raise ModelGatewayError("empty script", context={"task": task})
+            index = self._cursor.get(task, 0)
+            self._cursor[task] = index + 1
+            return entry[min(index, len(entry) - 1)]
+        return entry
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        self.calls.append(request)
+        entry = self._entry(request.task)
+        if callable(entry):
+            value = entry(request)
+            if inspect.isawaitable(value):
+                value = await value
+            if isinstance(value, BaseException):
+                raise value
+        else:
+            value = entry
+        if isinstance(value, ModelResponse):
+            return value
+        return ModelResponse.model_construct(output=value, model=request.model, usage={})
