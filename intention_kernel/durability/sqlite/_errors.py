@@ -70,7 +70,7 @@ def map_sqlite_error(exc: sqlite3.Error, **context: Any) -> KernelError:
     if primary == SQLITE_CORRUPT:
         return CheckpointCorruptError(
             "the database file is corrupt; run PRAGMA integrity_check and restore from backup",
-            context={**details, "what": "database file"},
+            context={"what": "database file", **details, "reason": "sqlite_corrupt"},
         )
     if primary in (SQLITE_CANTOPEN, SQLITE_IOERR, SQLITE_PERM, SQLITE_NOMEM):
         return DurabilityError(
