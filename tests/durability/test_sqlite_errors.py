@@ -27,8 +27,8 @@ from intention_kernel.testing.conformance import commit_simple
 
 def _driver_error(cls: type[sqlite3.Error], code: int, name: str) -> sqlite3.Error:
     exc = cls("driver text that must not leak")
-    exc.sqlite_errorcode = code  # type: ignore[attr-defined]
-    exc.sqlite_errorname = name  # type: ignore[attr-defined]
+    exc.sqlite_errorcode = code
+    exc.sqlite_errorname = name
     return exc
 
 
