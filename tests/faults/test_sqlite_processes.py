@@ -1,0 +1,159 @@
+"""Several real processes sharing one SQLite file: serialization, replay, crash release."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from pathlib import Path
+
+from intention_kernel.durability.sqlite import SQLiteDurability
+
+from .fault_support import (
+    SCALE,
+    finish,
+    inspect,
+    integrity_ok,
+    overlaps,
+    provider_process,
+    read_probe,
+    release_together,
+    start_worker,
+)
+
+
+def _create(db: Path) -> None:
+    async def main() -> None:
+        store = await SQLiteDurability.open(db)
+        await store.close()
+
+    asyncio.run(main())
+
+
+def test_same_turn_from_8_processes_runs_once_and_all_get_the_same_result(
+    tmp_path: Path,
+) -> None:
+    db, probe = tmp_path / "same.db", tmp_path / "probe.log"
+    _create(db)
+    with provider_process() as provider:
+        spec = {
+            "db": str(db),
+            "thread": "t-same",
+            "turn": "turn-1",
+            "key": "test.call:charge-1",
+            "provider": provider.url,
+            "probe": str(probe),
+            "hold": 0.05,
+            "barrier": True,
+        }
+        workers = [start_worker(spec) for _ in range(8)]
+        release_together(workers)
+        results = [finish(w) for w in workers]
+        assert all(r.returncode == 0 for r in results), [r.stderr[-500:] for r in results]
+        outcomes = sorted(r.lines[0]["outcome"] for r in results)
+        assert outcomes == ["committed"] + ["replayed"] * 7
+        assert len({str(r.lines[0]["response"]) for r in results}) == 1
+        assert provider.calls("t-same", "test.call:charge-1") == 1
+        assert provider.stats()["unprepared"] == []
+    assert [row[0] for row in read_probe(probe)] == ["enter", "exit"]
+    state = inspect(db, "t-same")
+    assert state.turns == ["turn-1"] and state.outbox == 1
+    assert integrity_ok(db)
+
+
+def test_4_processes_on_one_thread_never_overlap_and_lose_no_turn(tmp_path: Path) -> None:
+    db, probe = tmp_path / "hammer.db", tmp_path / "probe.log"
+    _create(db)
+    per_worker = 12 * SCALE
+    workers = [
+        start_worker(
+            {
+                "db": str(db),
+                "thread": "t-hammer",
+                "turns": [f"w{n}-turn-{i}" for i in range(per_worker)],
+                "probe": str(probe),
+                "hold": 0.002,
+                "barrier": True,
+            }
+        )
+        for n in range(4)
+    ]
+    release_together(workers)
+    results = [finish(w, timeout=120) for w in workers]
+    assert all(r.returncode == 0 for r in results), [r.stderr[-500:] for r in results]
+    assert all(line["outcome"] == "committed" for r in results for line in r.lines)
+    rows = read_probe(probe)
+    assert len(rows) == 2 * 4 * per_worker
+    assert overlaps(rows) == 0
+    assert len({pid for _, pid, _, _ in rows}) == 4
+    state = inspect(db, "t-hammer")
+    assert len(state.turns) == 4 * per_worker
+    assert state.head is not None and state.head[0] == 4 * per_worker
+    assert state.outbox == 4 * per_worker
+    assert integrity_ok(db)
+
+
+def test_processes_on_different_threads_run_concurrently(tmp_path: Path) -> None:
+    db, probe = tmp_path / "parallel.db", tmp_path / "probe.log"
+    _create(db)
+    workers = [
+        start_worker(
+            {
+                "db": str(db),
+                "thread": f"t-{n}",
+                "turn": "turn-1",
+                "probe": str(probe),
+                "hold": 0.6,
+                "barrier": True,
+            }
+        )
+        for n in range(2)
+    ]
+    release_together(workers)
+    results = [finish(w) for w in workers]
+    assert all(r.returncode == 0 for r in results)
+    rows = read_probe(probe)
+    enters = {pid: at for event, pid, _, at in rows if event == "enter"}
+    exits = {pid: at for event, pid, _, at in rows if event == "exit"}
+    first, second = sorted(enters, key=enters.__getitem__)
+    # The second thread entered while the first was still inside its 0.6 s hold.
+    assert enters[second] < exits[first]
+
+
+def test_kill_9_of_a_lease_holder_frees_the_thread_within_1_second(tmp_path: Path) -> None:
+    db, probe = tmp_path / "kill.db", tmp_path / "probe.log"
+    _create(db)
+    rounds = 2 * SCALE
+    for n in range(rounds):
+        thread = f"t-kill-{n}"
+        holder = start_worker(
+            {"db": str(db), "thread": thread, "turn": "held", "probe": str(probe), "hold": 60}
+        )
+        waiter = start_worker(
+            {
+                "db": str(db),
+                "thread": thread,
+                "turn": "next",
+                "probe": str(probe),
+                "barrier": True,
+                "lock_timeout": 20,
+            }
+        )
+        deadline = time.monotonic() + 30
+        while not any(r[0] == "enter" and r[1] == holder.pid for r in read_probe(probe)):
+            assert time.monotonic() < deadline, "the holder never entered its turn"
+            time.sleep(0.01)
+        release_together([waiter])
+        time.sleep(0.3)  # the waiter is now polling the lease
+        killed_at = time.monotonic_ns()
+        os.kill(holder.pid, signal.SIGKILL)
+        assert finish(holder).killed
+        result = finish(waiter)
+        assert result.returncode == 0 and result.lines[0]["outcome"] == "committed"
+        entered = [at for event, pid, _, at in read_probe(probe) if pid == waiter.pid]
+        waited = (entered[0] - killed_at) / 1e9
+        assert waited < 1.0, f"took {waited:.3f}s to take over the lease"
+        state = inspect(db, thread)
+        assert state.turns == ["next"]
+    assert integrity_ok(db)
