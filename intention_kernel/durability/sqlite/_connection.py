@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sqlite3
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ...contracts.errors import ConfigurationError
+from ...contracts.errors import ConfigurationError, DurabilityError, ErrorCode
 from ._errors import translate_errors
 from ._schema import migrate
 
@@ -27,10 +28,32 @@ __all__ = ["Connection"]
 T = TypeVar("T")
 
 
+def _read_only_location(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path.parent).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
 def _connect(path: Path, busy_timeout: float) -> sqlite3.Connection:
-    conn = sqlite3.connect(
-        str(path), timeout=busy_timeout, isolation_level=None, check_same_thread=True
-    )
+    try:
+        conn = sqlite3.connect(
+            str(path), timeout=busy_timeout, isolation_level=None, check_same_thread=True
+        )
+        return _configure(conn, busy_timeout)
+    except sqlite3.OperationalError as exc:
+        # WAL needs the -shm file next to the database: on a read-only filesystem SQLite only
+        # says "unable to open", so name the real cause.
+        if _read_only_location(path):
+            raise DurabilityError(
+                "the database is on a read-only filesystem",
+                code=ErrorCode.STORE_READ_ONLY,
+                context={"what": "open"},
+            ) from exc
+        raise
+
+
+def _configure(conn: sqlite3.Connection, busy_timeout: float) -> sqlite3.Connection:
     try:
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
