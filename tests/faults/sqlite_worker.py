@@ -1,9 +1,10 @@
 """A real worker process for the SQLite fault tests (run as a script, one JSON argument).
 
 Modes:
-- ``turns``: run ``count`` turns on one thread, optionally with one effect calling the provider
-  process, an occupancy probe (O_APPEND log of enter/exit), a hold time inside the lease, a
-  ``kill -9`` crash point and a start barrier (print ``ready``, wait for a line on stdin).
+- ``turns``: run turns on one thread, optionally with one effect calling the provider process,
+  an occupancy probe (O_APPEND log of enter/exit), a pause before the effect, a hold time before
+  the commit, a ``kill -9`` crash point and a start barrier (print ``ready``, wait for a line on
+  stdin).
   Prints one JSON line per turn: ``{"turn", "outcome", "response"}``.
 - ``reconcile``: resolve one uncertain receipt.
 - ``provider``: a tiny HTTP provider counting calls per idempotency key; at every call it checks
@@ -60,7 +61,9 @@ def _call_provider(url: str, db: str, thread: str, key: str) -> Any:
 
 
 async def run_turns(spec: dict[str, Any]) -> None:
-    store = await SQLiteDurability.open(spec["db"], lock_timeout=spec.get("lock_timeout", 30))
+    store = await SQLiteDurability.open(
+        spec["db"], lock_timeout=spec.get("lock_timeout", 30), lock_dir=spec.get("lock_dir")
+    )
     thread: str = spec["thread"]
     probe: str | None = spec.get("probe")
     hold: float = spec.get("hold", 0.0)
@@ -76,6 +79,8 @@ async def run_turns(spec: dict[str, Any]) -> None:
             if scope.prior_result is not None:
                 return "replayed", scope.prior_result.response
             _probe(probe, "enter", turn)
+            if spec.get("pause"):
+                await asyncio.sleep(spec["pause"])
             values = []
             if spec.get("key"):
                 key = spec["key"]

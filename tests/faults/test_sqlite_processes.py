@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sqlite3
 import time
 from pathlib import Path
 
@@ -94,7 +95,16 @@ def test_4_processes_on_one_thread_never_overlap_and_lose_no_turn(tmp_path: Path
     assert integrity_ok(db)
 
 
-def test_processes_on_different_threads_run_concurrently(tmp_path: Path) -> None:
+def _wait_for(probe: Path, event: str, count: int, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while sum(row[0] == event for row in read_probe(probe)) < count:
+        assert time.monotonic() < deadline, f"fewer than {count} {event} events"
+        time.sleep(0.01)
+
+
+def test_processes_on_different_threads_run_concurrently_with_no_transaction_open(
+    tmp_path: Path,
+) -> None:
     db, probe = tmp_path / "parallel.db", tmp_path / "probe.log"
     _create(db)
     workers = [
@@ -104,21 +114,84 @@ def test_processes_on_different_threads_run_concurrently(tmp_path: Path) -> None
                 "thread": f"t-{n}",
                 "turn": "turn-1",
                 "probe": str(probe),
-                "hold": 0.6,
+                "hold": 1.0,
                 "barrier": True,
             }
         )
         for n in range(2)
     ]
     release_together(workers)
+    _wait_for(probe, "enter", 2)
+    # Both turns are inside their operation: neither holds a database transaction.
+    conn = sqlite3.connect(db, timeout=0.5, isolation_level=None)
+    conn.execute("BEGIN IMMEDIATE")
+    conn.execute("ROLLBACK")
+    conn.close()
+    inside_when_checked = not any(row[0] == "exit" for row in read_probe(probe))
     results = [finish(w) for w in workers]
     assert all(r.returncode == 0 for r in results)
+    assert inside_when_checked
     rows = read_probe(probe)
     enters = {pid: at for event, pid, _, at in rows if event == "enter"}
     exits = {pid: at for event, pid, _, at in rows if event == "exit"}
     first, second = sorted(enters, key=enters.__getitem__)
-    # The second thread entered while the first was still inside its 0.6 s hold.
+    # The second thread entered while the first was still inside its 1 s hold.
     assert enters[second] < exits[first]
+
+
+def test_a_paused_holder_keeps_the_lease_and_waiters_time_out(tmp_path: Path) -> None:
+    db, probe = tmp_path / "paused.db", tmp_path / "probe.log"
+    _create(db)
+    holder = start_worker(
+        {"db": str(db), "thread": "t-stop", "turn": "held", "probe": str(probe), "hold": 0.5}
+    )
+    _wait_for(probe, "enter", 1)
+    os.kill(holder.pid, signal.SIGSTOP)
+    try:
+        waiter = finish(
+            start_worker({"db": str(db), "thread": "t-stop", "turn": "other", "lock_timeout": 0.5})
+        )
+    finally:
+        os.kill(holder.pid, signal.SIGCONT)
+    assert waiter.lines[0]["outcome"] == "error:LOCK_TIMEOUT"
+    assert finish(holder).lines[0]["outcome"] == "committed"
+    assert inspect(db, "t-stop").turns == ["held"]
+
+
+def test_a_holder_whose_lease_was_taken_over_is_fenced(tmp_path: Path) -> None:
+    """Two processes configured with different lock directories both get the OS lock; the
+    epoch row still lets only the newest holder write (ledger and commit)."""
+    db, probe = tmp_path / "fence.db", tmp_path / "probe.log"
+    _create(db)
+    with provider_process() as provider:
+        stale = start_worker(
+            {
+                "db": str(db),
+                "thread": "t-fence",
+                "turn": "stale",
+                "key": "test.call:fenced",
+                "provider": provider.url,
+                "probe": str(probe),
+                "pause": 3.0,
+                "lock_dir": str(tmp_path / "locks-a"),
+            }
+        )
+        _wait_for(probe, "enter", 1)
+        newer = finish(
+            start_worker(
+                {
+                    "db": str(db),
+                    "thread": "t-fence",
+                    "turn": "newer",
+                    "lock_dir": str(tmp_path / "locks-b"),
+                }
+            )
+        )
+        assert newer.lines[0]["outcome"] == "committed"
+        assert finish(stale).lines[0]["outcome"] == "error:LEASE_LOST"
+        assert provider.calls("t-fence", "test.call:fenced") == 0
+    state = inspect(db, "t-fence")
+    assert state.turns == ["newer"] and state.receipts == {}
 
 
 def test_kill_9_of_a_lease_holder_frees_the_thread_within_1_second(tmp_path: Path) -> None:
