@@ -14,7 +14,7 @@ from intention_kernel.durability import MemoryDurability, open_durability
 from intention_kernel.durability.sqlite import SQLiteDurability
 from intention_kernel.durability.sqlite._location import check_local, filesystem_type
 from intention_kernel.durability.sqlite._schema import SCHEMA_VERSION
-from intention_kernel.testing.conformance import commit_simple
+from intention_kernel.testing.conformance import Provider, commit_simple, effect
 
 
 def run(coro: Any) -> Any:
@@ -173,6 +173,26 @@ def test_listing_uncertain_receipts_uses_the_status_index(tmp_path: Path) -> Non
     conn.close()
     assert any("ik_receipts_by_status" in str(row) for row in plan)
     assert not any("TEMP B-TREE" in str(row) for row in plan)
+
+
+def test_a_turn_costs_two_commits_plus_two_per_effect(tmp_path: Path) -> None:
+    async def main() -> tuple[int, int]:
+        store = await SQLiteDurability.open(tmp_path / "c.db")
+        before = store.commits
+        await commit_simple(store, "t1", "turn-1")
+        plain = store.commits - before
+        before = store.commits
+        await commit_simple(
+            store, "t1", "turn-2", effects=[(effect("k1"), Provider().returning(1))]
+        )
+        one_effect = store.commits - before
+        before = store.commits
+        await commit_simple(store, "t1", "turn-2")  # a replay writes nothing
+        assert store.commits == before
+        await store.close()
+        return plain, one_effect
+
+    assert run(main()) == (2, 4)
 
 
 async def _open_and_close(path: Path) -> None:
