@@ -83,7 +83,7 @@ async def run_turns(spec: dict[str, Any]) -> None:
                 await asyncio.sleep(spec["pause"])
             values = []
             if spec.get("key"):
-                key = spec["key"]
+                key = f"{spec['key']}:{turn}" if spec.get("key_per_turn") else spec["key"]
 
                 async def call(authority: EffectAuthority) -> Any:
                     return await asyncio.to_thread(
