@@ -230,3 +230,30 @@ def test_kill_9_of_a_lease_holder_frees_the_thread_within_1_second(tmp_path: Pat
         state = inspect(db, thread)
         assert state.turns == ["next"]
     assert integrity_ok(db)
+
+
+def test_8_processes_on_8_threads_commit_everything_without_busy_errors(tmp_path: Path) -> None:
+    """Write contention across threads: every transaction is ``BEGIN IMMEDIATE`` with a busy
+    timeout, so no ``SQLITE_BUSY_SNAPSHOT`` or ``STORE_BUSY`` surfaces and nothing is lost."""
+    db = tmp_path / "contention.db"
+    _create(db)
+    per_worker = 15 * SCALE
+    workers = [
+        start_worker(
+            {
+                "db": str(db),
+                "thread": f"t-busy-{n}",
+                "turns": [f"turn-{i}" for i in range(per_worker)],
+                "barrier": True,
+            }
+        )
+        for n in range(8)
+    ]
+    release_together(workers)
+    results = [finish(w, timeout=120) for w in workers]
+    outcomes = [line["outcome"] for r in results for line in r.lines]
+    assert outcomes == ["committed"] * 8 * per_worker, [r.stderr[-300:] for r in results]
+    for n in range(8):
+        state = inspect(db, f"t-busy-{n}")
+        assert len(state.turns) == per_worker and state.outbox == per_worker
+    assert integrity_ok(db)
