@@ -9,6 +9,8 @@ import sqlite3
 import time
 from pathlib import Path
 
+import pytest
+
 from intention_kernel.durability.sqlite import SQLiteDurability
 
 from .fault_support import (
@@ -194,10 +196,13 @@ def test_a_holder_whose_lease_was_taken_over_is_fenced(tmp_path: Path) -> None:
     assert state.turns == ["newer"] and state.receipts == {}
 
 
-def test_kill_9_of_a_lease_holder_frees_the_thread_within_1_second(tmp_path: Path) -> None:
+def test_kill_9_of_a_lease_holder_frees_the_thread_within_1_second(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     db, probe = tmp_path / "kill.db", tmp_path / "probe.log"
     _create(db)
     rounds = 2 * SCALE
+    takeovers: list[float] = []
     for n in range(rounds):
         thread = f"t-kill-{n}"
         holder = start_worker(
@@ -226,10 +231,13 @@ def test_kill_9_of_a_lease_holder_frees_the_thread_within_1_second(tmp_path: Pat
         assert result.returncode == 0 and result.lines[0]["outcome"] == "committed"
         entered = [at for event, pid, _, at in read_probe(probe) if pid == waiter.pid]
         waited = (entered[0] - killed_at) / 1e9
+        takeovers.append(waited)
         assert waited < 1.0, f"took {waited:.3f}s to take over the lease"
         state = inspect(db, thread)
         assert state.turns == ["next"]
     assert integrity_ok(db)
+    with capsys.disabled():
+        print(f"\nsqlite lease takeover after kill -9: max {max(takeovers) * 1000:.1f} ms")
 
 
 def test_8_processes_on_8_threads_commit_everything_without_busy_errors(tmp_path: Path) -> None:
