@@ -136,18 +136,21 @@ def test_a_newer_schema_is_refused_and_left_untouched(tmp_path: Path) -> None:
     assert caught.value.context == {"found": 99, "supported": SCHEMA_VERSION}
 
 
-def test_migrations_run_once_when_many_open_at_once(tmp_path: Path) -> None:
-    path = tmp_path / "race.db"
+def test_migrations_run_once_when_many_open_a_new_file_at_once(tmp_path: Path) -> None:
+    """Switching a new file to WAL races between openers; none may fail with STORE_BUSY."""
 
-    async def main() -> None:
-        stores = await asyncio.gather(*(SQLiteDurability.open(path) for _ in range(6)))
+    async def main(path: Path) -> None:
+        stores = await asyncio.gather(*(SQLiteDurability.open(path) for _ in range(8)))
         for store in stores:
             await store.close()
 
-    run(main())
-    conn = sqlite3.connect(path)
-    assert conn.execute("SELECT count(*) FROM ik_schema").fetchone()[0] == SCHEMA_VERSION
-    conn.close()
+    for n in range(10):
+        path = tmp_path / f"race-{n}.db"
+        run(main(path))
+        conn = sqlite3.connect(path)
+        assert conn.execute("SELECT count(*) FROM ik_schema").fetchone()[0] == SCHEMA_VERSION
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        conn.close()
 
 
 def test_factory_opens_memory_and_refuses_unknown_schemes() -> None:

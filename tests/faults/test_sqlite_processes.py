@@ -38,7 +38,7 @@ def test_same_turn_from_8_processes_runs_once_and_all_get_the_same_result(
     tmp_path: Path,
 ) -> None:
     db, probe = tmp_path / "same.db", tmp_path / "probe.log"
-    _create(db)
+    # No file yet: the 8 workers also race to create it and apply the migrations.
     with provider_process() as provider:
         spec = {
             "db": str(db),

@@ -14,13 +14,14 @@ import asyncio
 import contextlib
 import os
 import sqlite3
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
 from ...contracts.errors import ConfigurationError, DurabilityError, ErrorCode
-from ._errors import translate_errors
+from ._errors import SQLITE_BUSY, SQLITE_LOCKED, translate_errors
 from ._schema import migrate
 
 __all__ = ["Connection"]
@@ -53,11 +54,30 @@ def _connect(path: Path, busy_timeout: float) -> sqlite3.Connection:
         raise
 
 
+def _switch_to_wal(conn: sqlite3.Connection, busy_timeout: float) -> str:
+    """Set WAL mode. Switching a new file needs an exclusive lock, and SQLite reports
+    ``SQLITE_BUSY`` at once (without its busy handler) while another process opens the same new
+    file, so retry here within the busy timeout."""
+    deadline = time.monotonic() + busy_timeout
+    delay = 0.002
+    while True:
+        try:
+            if str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal":
+                return "wal"
+            return str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]).lower()
+        except sqlite3.OperationalError as exc:
+            busy = getattr(exc, "sqlite_errorcode", 0) & 0xFF in (SQLITE_BUSY, SQLITE_LOCKED)
+            if not busy or time.monotonic() + delay > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
+
+
 def _configure(conn: sqlite3.Connection, busy_timeout: float) -> sqlite3.Connection:
     try:
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
-        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-        if str(mode).lower() != "wal":
+        mode = _switch_to_wal(conn, busy_timeout)
+        if mode != "wal":
             raise ConfigurationError(
                 "the database could not be switched to WAL mode",
                 context={"setting": "journal_mode", "found": str(mode)},
