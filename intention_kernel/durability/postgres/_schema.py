@@ -56,7 +56,6 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX receipts_uncertain ON {s}.receipts (updated_at, id)
         WHERE status = 'uncertain';
-    CREATE INDEX receipts_by_status ON {s}.receipts (status, updated_at, id);
     CREATE TABLE {s}.outbox (
         position    bigserial PRIMARY KEY,
         thread_id   text NOT NULL,
