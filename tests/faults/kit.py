@@ -179,6 +179,7 @@ class WorkerSpec:
     lock_timeout: float = 20.0
     hold_in_turn: float = 0.0
     options: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
 
 
 def _append(path: str, record: dict[str, Any]) -> None:
@@ -192,6 +193,7 @@ def _append(path: str, record: dict[str, Any]) -> None:
 
 def run_worker(spec: WorkerSpec) -> None:
     """Process body: run the turns, logging outcomes and handler occupancy to ``spec.log``."""
+    os.environ.update(spec.env)
     if spec.crash_point is not None:
         set_crash_hook(kill_at(CrashPoint(spec.crash_point), spec.crash_signal))
     asyncio.run(_worker(spec))
