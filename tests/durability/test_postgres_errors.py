@@ -38,6 +38,7 @@ CASES: list[tuple[BaseException, type[KernelError], ErrorCode, bool]] = [
     (E.UniqueViolationError("x"), DurabilityError, ErrorCode.STORE_ERROR, False),
     (E.InternalServerError("x"), DurabilityError, ErrorCode.STORE_ERROR, False),
     (E.InterfaceError("connection is closed"), DurabilityError, ErrorCode.STORE_UNAVAILABLE, True),
+    (E._base.InternalClientError("x"), DurabilityError, ErrorCode.STORE_UNAVAILABLE, True),
     (ConnectionResetError(), DurabilityError, ErrorCode.STORE_UNAVAILABLE, True),
     (OSError("refused"), DurabilityError, ErrorCode.STORE_UNAVAILABLE, True),
     (TimeoutError(), DurabilityError, ErrorCode.STORE_UNAVAILABLE, True),

@@ -76,24 +76,28 @@ class ProviderProcess:
 
     def __exit__(self, *exc: object) -> None:
         with contextlib.suppress(Exception):
-            self._request("STOP")
+            os.kill(self._process.pid or 0, signal.SIGTERM)
         self._process.join(5)
         if self._process.is_alive():
             self._process.kill()
 
-    def _request(self, line: str) -> str:
-        async def ask() -> str:
-            reader, writer = await asyncio.open_unix_connection(self.socket)
-            writer.write(line.encode() + b"\n")
-            await writer.drain()
-            answer = await reader.read()
-            writer.close()
-            return answer.decode()
+    async def _ask(self, line: str) -> str:
+        reader, writer = await asyncio.open_unix_connection(self.socket)
+        writer.write(line.encode() + b"\n")
+        await writer.drain()
+        answer = await reader.read()
+        writer.close()
+        return answer.decode()
 
-        return asyncio.run(ask())
+    def _request(self, line: str) -> str:
+        return asyncio.run(self._ask(line))
 
     def stats(self) -> dict[str, Any]:
         data: dict[str, Any] = json.loads(self._request("STATS"))
+        return data
+
+    async def astats(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads(await self._ask("STATS"))
         return data
 
 

@@ -206,8 +206,8 @@ class PostgresDurability(DurabilityEngine):
         rows: list[Any] = await retrying(lambda: self._pool.fetch(sql, *args))
         return rows
 
-    async def _execute(self, sql: str, *args: Any) -> None:
-        await retrying(lambda: self._pool.execute(sql, *args))
+    async def _execute(self, sql: str, *args: Any, timeout: float | None = None) -> None:
+        await retrying(lambda: self._pool.execute(sql, *args, timeout=timeout))
 
     # ---------------------------------------------------------------- lease
 
@@ -310,7 +310,14 @@ class PostgresDurability(DurabilityEngine):
         return row is not None
 
     async def _release(self, lease: PgLease) -> None:
-        await self._execute(self._sql.release, lease.thread_id, lease.epoch, lease.owner)
+        # Bounded: if the row is busy, the lease simply expires after its TTL.
+        await self._execute(
+            self._sql.release,
+            lease.thread_id,
+            lease.epoch,
+            lease.owner,
+            timeout=min(self.lease_settings.ttl, 5.0),
+        )
 
     # ---------------------------------------------------------------- turns
 

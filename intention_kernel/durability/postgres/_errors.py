@@ -26,6 +26,9 @@ T = TypeVar("T")
 MAX_ATTEMPTS = 5
 
 _RETRY_STATES = frozenset({"40001", "40P01"})
+# Raised by asyncpg before anything was sent (a pooled connection the server already closed
+# is still finishing its shutdown): the statement never ran, so running it again is safe.
+_NOT_SENT = (asyncpg.exceptions.InternalClientError,)
 
 # (SQLSTATE or class prefix, code, retryable, safe message); exact states before classes.
 _STATES: tuple[tuple[str, ErrorCode, bool, str], ...] = (
@@ -70,7 +73,12 @@ def map_error(exc: BaseException) -> KernelError | None:
         )
     if isinstance(
         exc,
-        asyncpg.InterfaceError | ConnectionError | OSError | TimeoutError | asyncio.TimeoutError,
+        asyncpg.InterfaceError
+        | asyncpg.exceptions.InternalClientError
+        | ConnectionError
+        | OSError
+        | TimeoutError
+        | asyncio.TimeoutError,
     ):
         return DurabilityError(
             "the database connection was lost or could not be opened",
@@ -101,7 +109,8 @@ async def retrying(
     attempts: int = MAX_ATTEMPTS,
     base_delay: float = 0.005,
 ) -> T:
-    """Run one short transaction, again on serialization failure or deadlock.
+    """Run one short transaction, again on serialization failure or deadlock (rolled back
+    by the server) or when the driver failed before sending it.
 
     ``transaction`` must be a complete transaction including the logic that chose its SQL; it
     must never contain a provider call.
@@ -113,7 +122,9 @@ async def retrying(
         except DurabilityError as exc:
             cause = exc.__cause__
             state = getattr(cause, "sqlstate", None)
-            if state not in _RETRY_STATES or attempt == attempts:
+            if (state not in _RETRY_STATES and not isinstance(cause, _NOT_SENT)) or (
+                attempt == attempts
+            ):
                 raise
             await asyncio.sleep(random.uniform(0, base_delay * 2**attempt))
     raise AssertionError("unreachable")  # pragma: no cover
