@@ -206,8 +206,8 @@ class PostgresDurability(DurabilityEngine):
         rows: list[Any] = await retrying(lambda: self._pool.fetch(sql, *args))
         return rows
 
-    async def _execute(self, sql: str, *args: Any, timeout: float | None = None) -> None:
-        await retrying(lambda: self._pool.execute(sql, *args, timeout=timeout))
+    async def _execute(self, sql: str, *args: Any, deadline: float | None = None) -> None:
+        await retrying(lambda: self._pool.execute(sql, *args, timeout=deadline))
 
     # ---------------------------------------------------------------- lease
 
@@ -316,7 +316,7 @@ class PostgresDurability(DurabilityEngine):
             lease.thread_id,
             lease.epoch,
             lease.owner,
-            timeout=min(self.lease_settings.ttl, 5.0),
+            deadline=min(self.lease_settings.ttl, 5.0),
         )
 
     # ---------------------------------------------------------------- turns
