@@ -46,6 +46,8 @@ __all__ = [
 
 EVENTS = 3
 CTX = multiprocessing.get_context("fork")
+WORKER_OPTIONS: dict[str, Any] = {}
+"""Adapter options every new ``WorkerSpec`` gets (e.g. ``statement_cache_size=0`` for PgBouncer)."""
 
 
 def fault_scale() -> int:
@@ -113,7 +115,7 @@ def _provider_main(path: str, dsn: str, schema: str, check_prepared: bool) -> No
             for _ in range(100):  # keep checking while the server restarts
                 try:
                     if state["conn"] is None or state["conn"].is_closed():
-                        state["conn"] = await asyncpg.connect(dsn)
+                        state["conn"] = await asyncpg.connect(dsn, statement_cache_size=0)
                     status = await state["conn"].fetchval(
                         f'SELECT status FROM "{schema}".receipts'
                         " WHERE thread_id = $1 AND idempotency_key = $2",
@@ -182,7 +184,7 @@ class WorkerSpec:
     lease_ttl: float = 1.0
     lock_timeout: float = 20.0
     hold_in_turn: float = 0.0
-    options: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=lambda: dict(WORKER_OPTIONS))
     env: dict[str, str] = field(default_factory=dict)
 
 
@@ -340,7 +342,7 @@ async def check_invariants(
     planned: list[TurnSpec],
 ) -> None:
     """Read the store back and record violations of RELIABILITY.md b.1 in ``report``."""
-    conn = await asyncpg.connect(dsn)
+    conn = await asyncpg.connect(dsn, statement_cache_size=0)
     try:
         s = f'"{schema}"'
         turns = await conn.fetch(f"SELECT thread_id, turn_id, revision, result FROM {s}.turns")

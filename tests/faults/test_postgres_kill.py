@@ -14,6 +14,7 @@ from intention_kernel.durability.crashpoints import CrashPoint
 from intention_kernel.durability.postgres import PostgresDurability
 from intention_kernel.testing.conformance import effect
 
+from . import kit
 from .kit import (
     ProviderProcess,
     Report,
@@ -100,7 +101,7 @@ def test_kill_9_at_every_crash_point(dsn: str, schema: str) -> None:
 async def _resolve(
     dsn: str, schema: str, turns: dict[CrashPoint, TurnSpec], report: Report
 ) -> None:
-    store = await PostgresDurability.open(dsn, schema=schema, max_size=1)
+    store = await PostgresDurability.open(dsn, schema=schema, max_size=1, **kit.WORKER_OPTIONS)
     try:
         key = effect("k").idempotency_key
         for point, turn in turns.items():

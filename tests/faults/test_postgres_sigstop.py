@@ -101,7 +101,7 @@ def _paused_holder_run(dsn: str, schema: str, *, planted: bool) -> Report:
 async def _receipt_status(dsn: str, schema: str, thread: str, key: str) -> str | None:
     import asyncpg
 
-    conn = await asyncpg.connect(dsn)
+    conn = await asyncpg.connect(dsn, statement_cache_size=0)
     try:
         status: str | None = await conn.fetchval(
             f'SELECT status FROM "{schema}".receipts WHERE thread_id = $1 AND idempotency_key = $2',
