@@ -184,6 +184,8 @@ class WorkerSpec:
     lease_ttl: float = 1.0
     lock_timeout: float = 20.0
     hold_in_turn: float = 0.0
+    deadline: float | None = None
+    """``time.monotonic()`` after which no new turn starts (retries of the current one go on)."""
     options: dict[str, Any] = field(default_factory=lambda: dict(WORKER_OPTIONS))
     env: dict[str, str] = field(default_factory=dict)
 
@@ -218,12 +220,14 @@ async def _worker(spec: WorkerSpec) -> None:
     )
     try:
         for turn in spec.turns:
+            if spec.deadline is not None and time.monotonic() > spec.deadline:
+                break
             for attempt in range(turn.retries + 1):
                 record = await _one_turn(store, spec, turn, pid)
                 _append(spec.log, record)
                 if not record.get("retryable") or attempt == turn.retries:
                     break
-                await asyncio.sleep(0.1)
+                await asyncio.sleep(min(0.05 * (attempt + 1), 0.5))
     finally:
         with contextlib.suppress(Exception):
             await store.close()
