@@ -50,9 +50,9 @@ class CountingPool:
     def _counted(self, name: str) -> Callable[..., Awaitable[Any]]:
         method = getattr(self.pool, name)
 
-        async def call(sql: str, *args: Any) -> Any:
+        async def call(sql: str, *args: Any, **kwargs: Any) -> Any:
             self.statements.append(" ".join(sql.split())[:60])
-            return await method(sql, *args)
+            return await method(sql, *args, **kwargs)
 
         return call
 
