@@ -62,6 +62,11 @@ class _Acquired:
     row: Any
 
 
+async def _keep_session(conn: Any) -> None:
+    """Pool reset hook: the adapter sets no session state (every setting is transaction-local),
+    so asyncpg's default reset query - one more round trip per statement - is skipped."""
+
+
 class _Opening:
     """``await PostgresDurability.open(...)`` or ``async with PostgresDurability.open(...)``."""
 
@@ -148,6 +153,7 @@ class PostgresDurability(DurabilityEngine):
                         max_size=max_size,
                         statement_cache_size=statement_cache_size,
                         server_settings={"application_name": application_name},
+                        reset=_keep_session,
                     )
             else:
                 pool = target
