@@ -18,6 +18,7 @@ import json
 import multiprocessing
 import os
 import re
+import statistics
 import subprocess
 import tempfile
 import time
@@ -376,6 +377,7 @@ def main() -> None:
         "--dsn", default=os.environ.get("IK_POSTGRES_DSN", "postgresql://postgres@127.0.0.1/test")
     )
     parser.add_argument("--seconds", type=float, default=8)
+    parser.add_argument("--repeat", type=int, default=1, help="runs per cell; medians reported")
     parser.add_argument("--out", default=str(ROOT / "results" / "postgres_turns.json"))
     args = parser.parse_args()
     asyncio.run(reset_schema(args.dsn))
@@ -383,9 +385,16 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     for effects, reference in ((0, "turn_1c.sql"), (1, "turn_3c.sql")):
         for clients in (1, 8):
-            ours = adapter_tps(args.dsn, effects, clients, args.seconds)
-            same_sql = pgbench(args.dsn, ours_script(effects), clients, args.seconds)
-            ref_tps = pgbench(ref, (REFERENCE / reference).read_text(), clients, args.seconds)
+            runs: list[tuple[float, float, float]] = []
+            for _ in range(args.repeat):  # interleaved, so load changes hit all three alike
+                runs.append(
+                    (
+                        adapter_tps(args.dsn, effects, clients, args.seconds),
+                        pgbench(args.dsn, ours_script(effects), clients, args.seconds),
+                        pgbench(ref, (REFERENCE / reference).read_text(), clients, args.seconds),
+                    )
+                )
+            ours, same_sql, ref_tps = (statistics.median(r[i] for r in runs) for i in range(3))
             rows.append(
                 {
                     "turn": "one effect" if effects else "no effect",
@@ -396,6 +405,7 @@ def main() -> None:
                     "reference_tps": round(ref_tps, 1),
                     "ratio_vs_same_sql": round(ours / same_sql, 3),
                     "ratio_vs_reference": round(ours / ref_tps, 3),
+                    "runs": [[round(x, 1) for x in r] for r in runs],
                 }
             )
             print(rows[-1], flush=True)
@@ -413,6 +423,7 @@ def main() -> None:
     report = {
         "measured_at": datetime.now(UTC).isoformat(),
         "seconds_per_run": args.seconds,
+        "repeat": args.repeat,
         "cpu_count": os.cpu_count(),
         "throughput": rows,
         "per_turn": figures,
