@@ -123,19 +123,19 @@ async def test_async_with_open_closes_the_pool(dsn: str, schema: str) -> None:
 
 
 async def test_heartbeat_keeps_a_long_turn_leased(dsn: str, schema: str) -> None:
-    store = await open_store(dsn, schema, lease_ttl=0.6, heartbeat_interval=0.15)
-    other = await open_store(dsn, schema, lock_timeout=0.3)
+    store = await open_store(dsn, schema, lease_ttl=1.2, heartbeat_interval=0.2)
+    other = await open_store(dsn, schema, lock_timeout=0.5)
     entered = asyncio.Event()
 
     async def long_turn(scope: TurnScope) -> str:
         entered.set()
-        await asyncio.sleep(1.5)  # longer than the TTL: only renewals keep the lease
+        await asyncio.sleep(3.0)  # longer than the TTL: only renewals keep the lease
         await scope.commit(make_result(scope))
         return "done"
 
     held = asyncio.create_task(store.with_turn("t1", "turn-1", long_turn))
     await entered.wait()
-    await asyncio.sleep(0.9)
+    await asyncio.sleep(1.8)
     with pytest.raises(DurabilityError) as caught:
         await commit_simple(other, "t1", "turn-2")
     assert caught.value.code == ErrorCode.LOCK_TIMEOUT
