@@ -9,17 +9,19 @@ interaction unless one is already pending (it stays until answered).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 
 from pydantic import JsonValue
 
 from ...contracts.checkpoint import AgendaItem, Evidence, FactRecord, Interaction, KernelCheckpoint
+from ...contracts.codec import fingerprint
 from ...contracts.events import EventCategory
 from ...contracts.receipts import EffectReceipt, ReceiptStatus
+from ..approval import consent_data
 from ..facts import apply_fact, invalidate, parse_fact_ref
 from .state import HeldStep, PlannedStep, Reduction, StepOutcome, TurnState
 
-__all__ = ["bound_agenda", "bound_receipts", "reduce", "reduce_outcomes"]
+__all__ = ["bound_agenda", "bound_receipts", "interaction_id", "reduce", "reduce_outcomes"]
 
 _ASKS = {"needs_input": "input", "needs_confirmation": "confirmation"}
 
@@ -65,6 +67,23 @@ def _agenda_item(
     )
 
 
+def interaction_id(thread_id: str, item_id: str) -> str:
+    """Bound to the thread: an answer naming it cannot be replayed into another thread."""
+    return "ia-" + fingerprint([thread_id, item_id])[:32]
+
+
+def _reopen(item: AgendaItem, description: str) -> tuple[str, str, tuple[str, ...]] | None:
+    """The question a still-pending agenda item asks, to make it the active interaction."""
+    if item.status == "awaiting_confirmation":
+        return "confirmation", f"Please confirm: {description.rstrip('.')}.", ("yes", "no")
+    prompt = item.data.get("prompt")
+    if item.status in _ASKS and isinstance(prompt, str) and prompt:
+        options = item.data.get("options")
+        listed = tuple(str(o) for o in options) if isinstance(options, list) else ()
+        return _ASKS[item.status], prompt, listed
+    return None
+
+
 def reduce_outcomes(
     checkpoint: KernelCheckpoint | None,
     outcomes: list[StepOutcome],
@@ -72,12 +91,17 @@ def reduce_outcomes(
     turn_id: str,
     receipt_limit: int,
     agenda_limit: int = 20,
+    *,
+    thread_id: str = "",
+    resolved: Collection[str] = (),
+    close_interaction: bool = False,
+    descriptions: Mapping[str, str] | None = None,
 ) -> Reduction:
     facts: dict[str, FactRecord] = {} if checkpoint is None else {f.id: f for f in checkpoint.facts}
     evidence: list[Evidence] = []
     new_receipts: list[EffectReceipt] = []
-    agenda = [] if checkpoint is None else list(checkpoint.agenda)
-    interaction = None if checkpoint is None else checkpoint.interaction
+    agenda = [] if checkpoint is None else [a for a in checkpoint.agenda if a.id not in resolved]
+    interaction = None if checkpoint is None or close_interaction else checkpoint.interaction
     new_interaction: Interaction | None = None
     asks: list[tuple[AgendaItem, str, str, tuple[str, ...]]] = []
     for outcome in outcomes:
@@ -89,29 +113,53 @@ def reduce_outcomes(
             invalidate(facts, refs)
             for ref, key, value in outcome.facts:
                 apply_fact(facts, ref, key, value, outcome.evidence, outcome.derived_from, turn_id)
-        elif outcome.status in ("needs_input", "needs_confirmation", "needs_dependency"):
+    # Consent is bound to the facts as the user sees them at the end of the proposing turn.
+    for outcome in outcomes:
+        if outcome.status in ("needs_input", "needs_confirmation", "needs_dependency"):
+            cap = outcome.step.capability
+            data: dict[str, JsonValue] = {"missing": list(outcome.missing), **outcome.data}
+            if outcome.status == "needs_confirmation":
+                data.update(
+                    consent_data(cap.id, cap.version, cap.requires, outcome.step.input_json, facts)
+                )
+            if outcome.status in _ASKS and outcome.prompt:
+                data["prompt"] = outcome.prompt
+                data["options"] = list(outcome.options)
             item = _agenda_item(
                 outcome.step,
                 "waiting_for_fact" if outcome.status == "needs_dependency" else outcome.status,
                 outcome.reason,
                 turn_id,
-                {"missing": list(outcome.missing), **outcome.data},
+                data,
             )
             agenda.append(item)
             if outcome.status in _ASKS and outcome.prompt:
                 asks.append((item, _ASKS[outcome.status], outcome.prompt, outcome.options))
     for hold in held:
-        item = _agenda_item(
-            hold.step, hold.status, hold.reason, turn_id, {"missing": list(hold.missing)}
-        )
+        data = {"missing": list(hold.missing)}
+        cap = hold.step.capability
+        if hold.status == "awaiting_confirmation":
+            data.update(
+                consent_data(cap.id, cap.version, cap.requires, hold.step.input_json, facts)
+            )
+        item = _agenda_item(hold.step, hold.status, hold.reason, turn_id, data)
         agenda.append(item)
         if hold.status == "awaiting_confirmation":
-            prompt = f"Please confirm: {hold.step.capability.description.rstrip('.')}."
+            prompt = f"Please confirm: {cap.description.rstrip('.')}."
             asks.append((item, "confirmation", prompt, ("yes", "no")))
+    if interaction is None and not asks:
+        # An earlier request still waits (e.g. a second write proposed while one was pending).
+        for item in agenda:
+            question = _reopen(
+                item, (descriptions or {}).get(item.capability_id, item.capability_id)
+            )
+            if question is not None:
+                asks.append((item, *question))
+                break
     if interaction is None and asks:
         item, kind, prompt, options = asks[0]
         new_interaction = Interaction(
-            id=f"ia-{item.id}"[:256],
+            id=interaction_id(thread_id, item.id),
             kind=kind,
             prompt=prompt,
             options=list(options),
@@ -139,6 +187,10 @@ def reduce(state: TurnState) -> None:
         state.turn.turn_id,
         state.runtime.limits.max_receipts,
         state.runtime.limits.max_agenda,
+        thread_id=state.turn.thread_id,
+        resolved=state.plan.resolved,
+        close_interaction=state.plan.close_interaction,
+        descriptions={c.id: c.description for c in state.runtime.capabilities.values()},
     )
     state.reduction = reduction
     recorder = state.recorder
