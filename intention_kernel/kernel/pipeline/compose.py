@@ -22,7 +22,7 @@ _STATUS_TEXT = {
     "failed": "I could not complete that: {reason}",
     "skipped": "I could not complete that because an earlier step did not finish.",
     "needs_dependency": "I need more information before I can do that.",
-    "uncertain": "I could not confirm that this went through ({description}): {reason}.",
+    "uncertain": "{description}: {reason}.",
 }
 
 
@@ -75,7 +75,7 @@ def fallback_text(state: TurnState) -> str:
             parts.append(
                 _STATUS_TEXT[outcome.status].format(
                     reason=outcome.reason or "",
-                    description=outcome.step.capability.description.rstrip(".").lower(),
+                    description=outcome.step.capability.description.rstrip("."),
                 )
             )
     parts.extend(state.plan.notes)

@@ -29,8 +29,8 @@ from .state import PlannedStep, StepOutcome, TurnState
 __all__ = ["NOT_APPLIED", "UNCERTAIN", "execute"]
 
 UNCERTAIN = (
-    "the outcome is being verified: it may or may not have gone through, "
-    "so I will not try it again until it is checked"
+    "the outcome is being verified. It may or may not have gone through, "
+    "and I will not try it again until it has been checked"
 )
 NOT_APPLIED = "it did not go through and nothing was changed; you can ask me to try again"
 

@@ -9,6 +9,7 @@ interaction unless one is already pending (it stays until answered).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Iterable, Mapping
 
 from pydantic import JsonValue
@@ -72,10 +73,23 @@ def interaction_id(thread_id: str, item_id: str) -> str:
     return "ia-" + fingerprint([thread_id, item_id])[:32]
 
 
+def confirm_prompt(description: str, input_json: JsonValue) -> str:
+    """The kernel's confirmation question: what will be done, with the exact input."""
+    details = ""
+    if isinstance(input_json, dict) and input_json:
+        parts = [
+            f"{k}: {v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}"
+            for k, v in input_json.items()
+        ]
+        shown = ", ".join(parts)
+        details = f" ({shown[:197]}...)" if len(shown) > 200 else f" ({shown})"
+    return f"Please confirm: {description.rstrip('.')}{details}."
+
+
 def _reopen(item: AgendaItem, description: str) -> tuple[str, str, tuple[str, ...]] | None:
     """The question a still-pending agenda item asks, to make it the active interaction."""
     if item.status == "awaiting_confirmation":
-        return "confirmation", f"Please confirm: {description.rstrip('.')}.", ("yes", "no")
+        return "confirmation", confirm_prompt(description, item.input), ("yes", "no")
     prompt = item.data.get("prompt")
     if item.status in _ASKS and isinstance(prompt, str) and prompt:
         options = item.data.get("options")
@@ -145,7 +159,7 @@ def reduce_outcomes(
         item = _agenda_item(hold.step, hold.status, hold.reason, turn_id, data)
         agenda.append(item)
         if hold.status == "awaiting_confirmation":
-            prompt = f"Please confirm: {cap.description.rstrip('.')}."
+            prompt = confirm_prompt(cap.description, hold.step.input_json)
             asks.append((item, "confirmation", prompt, ("yes", "no")))
     if interaction is None and not asks:
         # An earlier request still waits (e.g. a second write proposed while one was pending).
