@@ -317,3 +317,24 @@ async def test_a_capability_writing_before_consent_is_caught(durability: Durabil
     assert info.value.code == ErrorCode.CONFIRMATION_REQUIRED
     assert payments.calls == []
     assert await durability.load_checkpoint("t1") is None
+
+
+async def test_a_policy_required_confirmation_runs_after_acceptance(
+    durability: DurabilityStore,
+) -> None:
+    from intention_kernel.kernel import PolicyDecision, PolicyRequest, allow, require_confirmation
+
+    from .support import make_world, support_agent
+
+    def confirm_faq(request: PolicyRequest) -> PolicyDecision:
+        if request.capability_id == "faq.search":
+            return require_confirmation("policy answers need a yes")
+        return allow()
+
+    world = make_world(durability, agent=support_agent(policies=[confirm_faq]))
+    world.say("returns?", [{"capability": "faq.search", "input": {"topic": "returns"}}])
+    held = await world.run("turn-1", "returns?")
+    assert world.shop.total() == 0
+    done = await world.run("turn-2", "", selection=accept(held))
+    assert done.response.text == "About returns: 30 days."
+    assert world.shop.calls == {"faq.search": 1}

@@ -170,3 +170,33 @@ async def _sequence(actions: list[str]) -> None:
                 assert interaction is None
     assert payments.calls == [f"payments.charge:order:{o}" for o in executed]
     await store.close()
+
+
+async def test_a_waiting_step_is_not_rerun_until_something_changes(
+    durability: DurabilityStore,
+) -> None:
+    runs: list[str] = []
+
+    async def picky(context: CapabilityContext, query: TrackQuery) -> NeedsDependency:
+        runs.append(context.turn.turn_id)
+        return NeedsDependency("order@1", reason="not that order")
+
+    cap = define_capability(
+        id="shipping.picky",
+        version="1.0.0",
+        description="Never satisfied.",
+        input=TrackQuery,
+        output=FaqAnswer,
+        requires=["order@1"],
+        execute=picky,
+    )
+    world = make_world(durability, agent=support_agent([cap]))
+    world.say("order 42", [{"capability": "orders.lookup", "input": {"order_id": "42"}}])
+    world.say("picky", [{"capability": "shipping.picky", "input": {}}])
+    world.say("returns?", [{"capability": "faq.search", "input": {"topic": "returns"}}])
+    await world.run("turn-1", "order 42")
+    await world.run("turn-2", "picky")
+    await world.run("turn-3", "returns?")
+    assert runs == ["turn-2"]
+    await world.run("turn-4", "order 42")  # the fact is replaced: worth another try
+    assert runs == ["turn-2", "turn-4"]

@@ -22,7 +22,14 @@ from ..approval import consent_data
 from ..facts import apply_fact, invalidate, parse_fact_ref
 from .state import HeldStep, PlannedStep, Reduction, StepOutcome, TurnState
 
-__all__ = ["bound_agenda", "bound_receipts", "interaction_id", "reduce", "reduce_outcomes"]
+__all__ = [
+    "bound_agenda",
+    "bound_receipts",
+    "fact_state",
+    "interaction_id",
+    "reduce",
+    "reduce_outcomes",
+]
 
 _ASKS = {"needs_input": "input", "needs_confirmation": "confirmation"}
 
@@ -66,6 +73,14 @@ def _agenda_item(
         created_turn_id=turn_id,
         data=data,
     )
+
+
+def fact_state(refs: Iterable[str], facts: Mapping[str, FactRecord]) -> dict[str, JsonValue]:
+    """Revisions of the facts of the given types: a waiting step resumes when they change."""
+    wanted = set(refs)
+    return {
+        fid: f.revision for fid, f in sorted(facts.items()) if f"{f.type}@{f.version}" in wanted
+    }
 
 
 def interaction_id(thread_id: str, item_id: str) -> str:
@@ -132,6 +147,8 @@ def reduce_outcomes(
         if outcome.status in ("needs_input", "needs_confirmation", "needs_dependency"):
             cap = outcome.step.capability
             data: dict[str, JsonValue] = {"missing": list(outcome.missing), **outcome.data}
+            if outcome.status == "needs_dependency":
+                data["seen"] = fact_state(outcome.missing, facts)
             if outcome.status == "needs_confirmation":
                 data.update(
                     consent_data(cap.id, cap.version, cap.requires, outcome.step.input_json, facts)
@@ -151,6 +168,8 @@ def reduce_outcomes(
                 asks.append((item, _ASKS[outcome.status], outcome.prompt, outcome.options))
     for hold in held:
         data = {"missing": list(hold.missing)}
+        if hold.status == "waiting_for_fact":
+            data["seen"] = fact_state(hold.missing, facts)
         cap = hold.step.capability
         if hold.status == "awaiting_confirmation":
             data.update(

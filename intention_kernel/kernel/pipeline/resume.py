@@ -15,7 +15,8 @@ run now. In order:
    digest matches; otherwise it is held again and the user is asked again. A capability-owned
    confirmation is resumed by running the capability with the answer, which it must check.
 4. An input request is answered when this turn plans the same capability again.
-5. Steps waiting for a fact resume once the fact exists, or after this turn's step providing it.
+5. Steps waiting for a fact resume once the fact exists or changed since they asked, or after
+   this turn's step providing it.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from ...contracts.checkpoint import AgendaItem, Interaction
 from ...contracts.errors import ErrorCode, InvalidInputError
 from ...contracts.events import EventCategory
 from ..approval import Approval, ConfirmationAnswer, consent_data
+from .reduce import fact_state
 from .state import HeldStep, Plan, PlannedStep, TurnState
 
 __all__ = ["Chosen", "resume", "selected_answer", "spoken_answer"]
@@ -269,6 +271,10 @@ def _resume_waiting(state: TurnState, plan: Plan) -> None:
         refs = [str(r) for r in missing] if isinstance(missing, list) else []
         if any(r not in available and r not in providers for r in refs):
             continue
+        if not any(r in providers for r in refs) and fact_state(refs, state.facts) == item.data.get(
+            "seen"
+        ):
+            continue  # nothing new since it asked: running it again would only ask again
         if len(plan.steps) >= state.runtime.limits.max_steps:
             return
         resumed = _rebuild(state, item, f"waiting-{len(plan.resolved) + 1}")
