@@ -338,3 +338,36 @@ async def test_a_policy_required_confirmation_runs_after_acceptance(
     done = await world.run("turn-2", "", selection=accept(held))
     assert done.response.text == "About returns: 30 days."
     assert world.shop.calls == {"faq.search": 1}
+
+
+async def test_a_changed_input_breaks_the_digest(durability: DurabilityStore) -> None:
+    """Whatever rewrote the pending operation (here a migration), the old consent is void."""
+    from intention_kernel.contracts import KernelCheckpoint
+
+    from .support import support_agent
+    from .writes import CHARGE, REFUND
+
+    world, payments = payments_world(durability)
+    proposed = await world.run("turn-1", "charge 42")
+
+    def migrate(checkpoint: KernelCheckpoint) -> KernelCheckpoint:
+        [item] = checkpoint.agenda
+        changed = item.model_copy(update={"input": {"order_id": "42", "amount": 500}})
+        return checkpoint.model_copy(update={"agenda": [changed]})
+
+    kernel = Kernel(
+        durability=durability,
+        model=world.gateway,
+        ports={"payments": payments, "shop": world.shop},
+    )
+    extra = define_capability(**{**_spec(CHARGE), "id": "payments.extra"})
+    agent = kernel.compile(
+        support_agent([CHARGE, REFUND, extra]), migrations={world.agent.fingerprint: migrate}
+    )
+    result = await agent.run(thread_id="t1", turn_id="turn-2", text="", selection=accept(proposed))
+    assert payments.calls == []
+    assert "the operation is not the same any more" in result.response.text
+    [item] = result.checkpoint.agenda
+    assert item.input == {"order_id": "42", "amount": 500}
+    assert result.checkpoint.interaction is not None
+    assert "amount: 500" in result.checkpoint.interaction.prompt

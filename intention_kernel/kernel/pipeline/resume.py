@@ -194,10 +194,8 @@ def _answer(state: TurnState, plan: Plan, chosen: Chosen) -> None:
         plan.notes.append(f"I can no longer do that ({description}); nothing was done.")
         _audit(state, "confirmation.refused", record)
         return
-    now_data = consent_data(
-        step.capability.id, step.capability.version, step.capability.requires, step.input_json,
-        state.facts,
-    )  # fmt: skip
+    cap = step.capability
+    now_data = consent_data(cap.id, cap.version, cap.requires, step.input_json, state.facts)
     digest = str(now_data["digest"])
     if digest != item.data.get("digest"):
         plan.decisions.append({**record, "decision": "changed", "digest": digest})
@@ -207,7 +205,7 @@ def _answer(state: TurnState, plan: Plan, chosen: Chosen) -> None:
             reason = item.reason or "needs your confirmation"
             plan.held.append(HeldStep(step, "awaiting_confirmation", reason))
         else:
-            plan.steps.insert(0, step)  # no answer: the capability asks again itself
+            _first(plan, step)  # no answer: the capability asks again itself
         return
     if kernel_owned:
         step.approval = Approval(
