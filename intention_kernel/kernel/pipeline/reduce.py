@@ -19,6 +19,7 @@ from ...contracts.codec import fingerprint
 from ...contracts.events import EventCategory
 from ...contracts.receipts import EffectReceipt, ReceiptStatus
 from ..approval import consent_data
+from ..capability import Capability
 from ..facts import apply_fact, invalidate, parse_fact_ref
 from .state import HeldStep, PlannedStep, Reduction, StepOutcome, TurnState
 
@@ -124,7 +125,7 @@ def reduce_outcomes(
     thread_id: str = "",
     resolved: Collection[str] = (),
     close_interaction: bool = False,
-    descriptions: Mapping[str, str] | None = None,
+    capabilities: Mapping[str, Capability] | None = None,
 ) -> Reduction:
     facts: dict[str, FactRecord] = {} if checkpoint is None else {f.id: f for f in checkpoint.facts}
     evidence: list[Evidence] = []
@@ -182,10 +183,10 @@ def reduce_outcomes(
             asks.append((item, "confirmation", prompt, ("yes", "no")))
     if interaction is None and not asks:
         # An earlier request still waits (e.g. a second write proposed while one was pending).
+        known = capabilities or {}
         for item in agenda:
-            question = _reopen(
-                item, (descriptions or {}).get(item.capability_id, item.capability_id)
-            )
+            cap = known.get(item.capability_id)
+            question = _reopen(item, item.capability_id if cap is None else cap.description)
             if question is not None:
                 asks.append((item, *question))
                 break
@@ -223,7 +224,7 @@ def reduce(state: TurnState) -> None:
         thread_id=state.turn.thread_id,
         resolved=state.plan.resolved,
         close_interaction=state.plan.close_interaction,
-        descriptions={c.id: c.description for c in state.runtime.capabilities.values()},
+        capabilities=state.runtime.capabilities,
     )
     state.reduction = reduction
     recorder = state.recorder
