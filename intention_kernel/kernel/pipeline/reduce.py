@@ -185,8 +185,9 @@ def reduce_outcomes(
         # An earlier request still waits (e.g. a second write proposed while one was pending).
         known = capabilities or {}
         for item in agenda:
-            cap = known.get(item.capability_id)
-            question = _reopen(item, item.capability_id if cap is None else cap.description)
+            pending = known.get(item.capability_id)
+            name = item.capability_id if pending is None else pending.description
+            question = _reopen(item, name)
             if question is not None:
                 asks.append((item, *question))
                 break
