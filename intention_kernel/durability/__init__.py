@@ -1,6 +1,7 @@
 """Layer 1: durability adapters. Each backend's driver is imported only by its own module."""
 
 from ._engine import DurabilityEngine, Lease, StoredTurn, TurnScopeImpl
+from .factory import open_durability
 from .memory import MemoryDurability, MemoryStore
 
 __all__ = [
@@ -10,4 +11,5 @@ __all__ = [
     "MemoryStore",
     "StoredTurn",
     "TurnScopeImpl",
+    "open_durability",
 ]

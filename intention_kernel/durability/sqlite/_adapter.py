@@ -1,0 +1,482 @@
+"""``SQLiteDurability``: the embedded durable store, safe across processes on one machine.
+
+Each engine primitive is one short transaction on the worker thread; none stays open while an
+operation runs. The thread lease is a ``flock`` (see ``_lease``) plus an epoch row bumped on
+acquire; every ledger write and the commit re-read the epoch inside their ``BEGIN IMMEDIATE``
+transaction (fencing).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from pydantic import JsonValue
+
+from ...contracts.checkpoint import KernelCheckpoint
+from ...contracts.codec import DEFAULT_LIMITS, JsonLimits
+from ...contracts.errors import (
+    CheckpointCorruptError,
+    ConfigurationError,
+    LeaseLostError,
+)
+from ...contracts.events import KernelEvent, StoredEvent
+from ...contracts.ids import new_id, validate_idempotency_key, validate_thread_id, validate_turn_id
+from ...contracts.receipts import (
+    EffectIdentity,
+    EffectReceipt,
+    ReceiptStatus,
+    ReconcileOutcome,
+    ReconciliationRecord,
+)
+from ...contracts.turns import DurableTurnResult
+from .. import _turns
+from .._documents import decode_model, encode_model
+from .._engine import DurabilityEngine, Lease, StoredTurn
+from .._ledger import EffectStart, reconcile_receipt, start_effect
+from .._listing import check_limit
+from ..crashpoints import CrashPoint, crash_point
+from ._connection import Connection
+from ._lease import LockFiles
+from ._location import check_local, parse_location
+
+__all__ = ["SQLiteDurability"]
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _micros(moment: datetime) -> int:
+    return (moment - _EPOCH) // timedelta(microseconds=1)
+
+
+def _fence(conn: sqlite3.Connection, lease: Lease) -> None:
+    row = conn.execute(
+        "SELECT epoch FROM ik_leases WHERE thread_id = ?", (lease.thread_id,)
+    ).fetchone()
+    current = None if row is None else int(row[0])
+    if current != lease.epoch:
+        raise LeaseLostError(
+            context={"thread_id": lease.thread_id, "epoch": lease.epoch, "current": current}
+        )
+
+
+def _read_turn(conn: sqlite3.Connection, thread_id: str, turn_id: str) -> StoredTurn | None:
+    row = conn.execute(
+        "SELECT CAST(result AS BLOB), fingerprint FROM ik_turns"
+        " WHERE thread_id = ? AND turn_id = ?",
+        (thread_id, turn_id),
+    ).fetchone()
+    if row is None:
+        return None
+    result = decode_model(
+        DurableTurnResult, row[0], what="turn result", thread_id=thread_id, turn_id=turn_id
+    )
+    if result.thread_id != thread_id or result.turn_id != turn_id:
+        raise CheckpointCorruptError(
+            "stored turn result belongs to another turn",
+            context={"what": "turn result", "thread_id": thread_id, "turn_id": turn_id},
+        )
+    return StoredTurn(result, row[1])
+
+
+def _read_head(conn: sqlite3.Connection, thread_id: str) -> KernelCheckpoint | None:
+    row = conn.execute(
+        "SELECT h.turn_id, h.revision, CAST(t.result AS BLOB) FROM ik_heads AS h"
+        " LEFT JOIN ik_turns AS t ON t.thread_id = h.thread_id AND t.turn_id = h.turn_id"
+        " WHERE h.thread_id = ?",
+        (thread_id,),
+    ).fetchone()
+    if row is None:
+        return None
+    turn_id, revision, text = row
+    context = {"what": "checkpoint", "thread_id": thread_id, "turn_id": turn_id}
+    if text is None:
+        raise CheckpointCorruptError("the thread's head points at a missing turn", context=context)
+    result = decode_model(DurableTurnResult, text, **context)
+    if result.checkpoint.revision != revision:
+        raise CheckpointCorruptError(
+            "the stored checkpoint revision does not match the thread's head", context=context
+        )
+    return result.checkpoint
+
+
+def _read_receipt(
+    conn: sqlite3.Connection, thread_id: str, idempotency_key: str
+) -> EffectReceipt | None:
+    row = conn.execute(
+        "SELECT CAST(document AS BLOB) FROM ik_receipts"
+        " WHERE thread_id = ? AND idempotency_key = ?",
+        (thread_id, idempotency_key),
+    ).fetchone()
+    if row is None:
+        return None
+    return decode_model(EffectReceipt, row[0], what="receipt", thread_id=thread_id)
+
+
+class SQLiteDurability(DurabilityEngine):
+    """Durable turns in one SQLite file, shared safely by the processes of one machine.
+
+    ``location`` is a path or a ``sqlite:///`` URL (``sqlite:////abs/path.db``). ``lock_dir``
+    holds one lock file per thread (default: ``<database>.locks`` next to the file); every
+    process using the database must use the same one. ``busy_timeout`` bounds how long a
+    transaction waits for SQLite's write lock before ``STORE_BUSY``. Use ``await
+    SQLiteDurability.open(...)`` to surface schema and file errors at start.
+    """
+
+    def __init__(
+        self,
+        location: str | os.PathLike[str],
+        *,
+        lock_timeout: float = 30.0,
+        busy_timeout: float = 5.0,
+        lock_dir: str | os.PathLike[str] | None = None,
+        json_limits: JsonLimits = DEFAULT_LIMITS,
+    ) -> None:
+        super().__init__(lock_timeout=lock_timeout, json_limits=json_limits)
+        if not isinstance(busy_timeout, int | float) or not 0 < busy_timeout <= 600:
+            raise ConfigurationError(
+                "busy_timeout must be a number of seconds in (0, 600]",
+                context={"setting": "busy_timeout"},
+            )
+        self.path = parse_location(location)
+        locks = Path(lock_dir).absolute() if lock_dir is not None else None
+        self._locks = LockFiles(locks or self.path.with_name(self.path.name + ".locks"))
+        check_local(self.path)
+        check_local(self._locks.directory)
+        self._db = Connection(self.path, busy_timeout=float(busy_timeout))
+
+    @classmethod
+    async def open(cls, location: str | os.PathLike[str], **options: Any) -> SQLiteDurability:
+        """Create the adapter, open the file and bring its schema up to date."""
+        store = cls(location, **options)
+        try:
+            await store.setup()
+        except BaseException:
+            await store.close()
+            raise
+        return store
+
+    async def setup(self) -> None:
+        """Open the database and apply pending migrations (otherwise done on first use)."""
+        self._locks.ensure_directory()
+        await self._db.read(lambda conn: None, what="open")
+
+    @property
+    def commits(self) -> int:
+        """Write transactions this instance committed (a diagnostic for benchmarks)."""
+        return self._db.commits
+
+    # ---------------------------------------------------------------- primitives
+
+    async def _find_turn(self, thread_id: str, turn_id: str) -> StoredTurn | None:
+        return await self._db.read(lambda conn: _read_turn(conn, thread_id, turn_id))
+
+    @asynccontextmanager
+    async def _lease(self, thread_id: str) -> AsyncIterator[Lease]:
+        self._locks.ensure_directory()
+        async with self._locks.hold(thread_id, self.lock_timeout):
+            epoch = await self._db.write(lambda conn: self._bump_epoch(conn, thread_id))
+            yield Lease(thread_id, epoch)
+
+    @staticmethod
+    def _bump_epoch(conn: sqlite3.Connection, thread_id: str) -> int:
+        rows = conn.execute(
+            "INSERT INTO ik_leases (thread_id, epoch) VALUES (?, 1)"
+            " ON CONFLICT (thread_id) DO UPDATE SET epoch = epoch + 1 RETURNING epoch",
+            (thread_id,),
+        ).fetchall()
+        return int(rows[0][0])
+
+    async def _load(
+        self, lease: Lease, turn_id: str
+    ) -> tuple[StoredTurn | None, KernelCheckpoint | None]:
+        def load(conn: sqlite3.Connection) -> tuple[StoredTurn | None, KernelCheckpoint | None]:
+            return _read_turn(conn, lease.thread_id, turn_id), _read_head(conn, lease.thread_id)
+
+        return await self._db.read(load)
+
+    async def _begin_effect(
+        self, lease: Lease, turn_id: str, identity: EffectIdentity
+    ) -> EffectStart:
+        def begin(conn: sqlite3.Connection) -> EffectStart:
+            _fence(conn, lease)
+            existing = _read_receipt(conn, lease.thread_id, identity.idempotency_key)
+            start = start_effect(
+                existing, identity, thread_id=lease.thread_id, turn_id=turn_id, now=self._now()
+            )
+            if start.write:
+                self._put_receipt(conn, start.receipt)
+            return start
+
+        return await self._db.write(begin)
+
+    async def _finish_effect(
+        self, lease: Lease, receipt: EffectReceipt, value_json: str | None
+    ) -> None:
+        def finish(conn: sqlite3.Connection) -> None:
+            _fence(conn, lease)
+            self._put_receipt(conn, receipt)
+
+        await self._db.write(finish)
+
+    def _put_receipt(self, conn: sqlite3.Connection, receipt: EffectReceipt) -> None:
+        document = encode_model(receipt, limits=self.json_limits, what="receipt")
+        conn.execute(
+            "INSERT INTO ik_receipts (thread_id, idempotency_key, receipt_id, capability_id,"
+            " status, updated_us, document) VALUES (?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (thread_id, idempotency_key) DO UPDATE SET"
+            " receipt_id = excluded.receipt_id, capability_id = excluded.capability_id,"
+            " status = excluded.status, updated_us = excluded.updated_us,"
+            " document = excluded.document",
+            (
+                receipt.thread_id,
+                receipt.idempotency_key,
+                receipt.id,
+                receipt.capability_id,
+                str(receipt.status),
+                _micros(receipt.updated_at),
+                document,
+            ),
+        )
+
+    async def _commit(
+        self,
+        lease: Lease,
+        *,
+        result: DurableTurnResult,
+        result_json: str,
+        events: list[KernelEvent],
+        events_json: list[str],
+        fingerprint: str | None,
+        loaded_revision: int,
+    ) -> None:
+        thread_id, turn_id = result.thread_id, result.turn_id
+        revision = result.checkpoint.revision
+
+        def commit(conn: sqlite3.Connection) -> None:
+            _fence(conn, lease)
+            if _exists(conn, thread_id, turn_id):
+                raise _turns.already_committed(thread_id, turn_id)
+            row = conn.execute(
+                "SELECT revision FROM ik_heads WHERE thread_id = ?", (thread_id,)
+            ).fetchone()
+            _turns.check_revision(
+                loaded_revision, 0 if row is None else row[0], thread_id=thread_id
+            )
+            conn.execute(
+                "INSERT INTO ik_turns (thread_id, turn_id, revision, fingerprint, result,"
+                " committed_at) VALUES (?, ?, ?, ?, ?, ?)",
+                (thread_id, turn_id, revision, fingerprint, result_json, self._now().isoformat()),
+            )
+            changed = conn.execute(
+                "INSERT INTO ik_heads (thread_id, revision, turn_id) VALUES (?, ?, ?)"
+                " ON CONFLICT (thread_id) DO UPDATE SET revision = excluded.revision,"
+                " turn_id = excluded.turn_id WHERE ik_heads.revision = ?",
+                (thread_id, revision, turn_id, loaded_revision),
+            ).rowcount
+            if changed != 1:  # unreachable while the check above holds; the CAS is the guard
+                _turns.check_revision(loaded_revision, -1, thread_id=thread_id)
+            conn.executemany(
+                "INSERT INTO ik_outbox (thread_id, turn_id, event_id, sequence, document)"
+                " VALUES (?, ?, ?, ?, ?)",
+                [
+                    (thread_id, turn_id, event.id, event.sequence, text)
+                    for event, text in zip(events, events_json, strict=True)
+                ],
+            )
+            crash_point(CrashPoint.INSIDE_COMMIT, thread_id=thread_id, turn_id=turn_id)
+
+        await self._db.write(commit)
+
+    async def _reconcile(
+        self,
+        thread_id: str,
+        idempotency_key: str,
+        outcome: ReconcileOutcome,
+        *,
+        value: JsonValue,
+        note: str,
+        actor: str,
+    ) -> EffectReceipt:
+        def reconcile(conn: sqlite3.Connection) -> EffectReceipt:
+            existing = _read_receipt(conn, thread_id, idempotency_key)
+            now = self._now()
+            receipt = reconcile_receipt(
+                existing,
+                outcome,
+                thread_id=thread_id,
+                idempotency_key=idempotency_key,
+                value=value,
+                now=now,
+            )
+            assert existing is not None
+            record = ReconciliationRecord(
+                id=new_id("rec"),
+                thread_id=thread_id,
+                idempotency_key=idempotency_key,
+                receipt_id=receipt.id,
+                previous_status=existing.status,
+                outcome=outcome,
+                value=value,
+                note=note,
+                actor=actor,
+                recorded_at=now,
+            )
+            self._put_receipt(conn, receipt)
+            conn.execute(
+                "INSERT INTO ik_reconciliations (id, thread_id, idempotency_key, document)"
+                " VALUES (?, ?, ?, ?)",
+                (
+                    record.id,
+                    thread_id,
+                    idempotency_key,
+                    encode_model(record, limits=self.json_limits, what="reconciliation"),
+                ),
+            )
+            return receipt
+
+        return await self._db.write(reconcile)
+
+    async def _close(self) -> None:
+        await self._db.close()
+
+    # ---------------------------------------------------------------- reading back
+
+    async def load_checkpoint(self, thread_id: str) -> KernelCheckpoint | None:
+        validate_thread_id(thread_id)
+        self._check_open()
+        return await self._db.read(lambda conn: _read_head(conn, thread_id))
+
+    async def get_turn(self, thread_id: str, turn_id: str) -> DurableTurnResult | None:
+        validate_thread_id(thread_id)
+        validate_turn_id(turn_id)
+        self._check_open()
+        turn = await self._find_turn(thread_id, turn_id)
+        return None if turn is None else turn.result
+
+    async def list_turns(
+        self, thread_id: str, *, after_revision: int = 0, limit: int = 100
+    ) -> list[DurableTurnResult]:
+        validate_thread_id(thread_id)
+        check_limit(limit)
+        self._check_open()
+
+        def read(conn: sqlite3.Connection) -> list[DurableTurnResult]:
+            rows = conn.execute(
+                "SELECT turn_id, CAST(result AS BLOB) FROM ik_turns"
+                " WHERE thread_id = ? AND revision > ? ORDER BY revision LIMIT ?",
+                (thread_id, int(after_revision), limit),
+            ).fetchall()
+            return [
+                decode_model(
+                    DurableTurnResult, text, what="turn result", thread_id=thread_id, turn_id=turn
+                )
+                for turn, text in rows
+            ]
+
+        return await self._db.read(read)
+
+    async def get_receipt(self, thread_id: str, idempotency_key: str) -> EffectReceipt | None:
+        validate_thread_id(thread_id)
+        validate_idempotency_key(idempotency_key)
+        self._check_open()
+        return await self._db.read(lambda conn: _read_receipt(conn, thread_id, idempotency_key))
+
+    async def list_receipts(
+        self,
+        *,
+        status: ReceiptStatus | None = None,
+        thread_id: str | None = None,
+        limit: int = 100,
+    ) -> list[EffectReceipt]:
+        check_limit(limit)
+        if thread_id is not None:
+            validate_thread_id(thread_id)
+        wanted = None if status is None else str(ReceiptStatus(status))
+        self._check_open()
+
+        def read(conn: sqlite3.Connection) -> list[EffectReceipt]:
+            # ``status = ?`` uses ik_receipts_by_status: listing uncertain work stays cheap.
+            clauses, args = _filters(status=wanted, thread_id=thread_id)
+            rows = conn.execute(
+                "SELECT thread_id, CAST(document AS BLOB) FROM ik_receipts"
+                f"{clauses} ORDER BY updated_us, receipt_id LIMIT ?",
+                (*args, limit),
+            ).fetchall()
+            return [
+                decode_model(EffectReceipt, text, what="receipt", thread_id=thread)
+                for thread, text in rows
+            ]
+
+        return await self._db.read(read)
+
+    async def reconciliations(
+        self, *, thread_id: str | None = None, idempotency_key: str | None = None
+    ) -> list[ReconciliationRecord]:
+        self._check_open()
+
+        def read(conn: sqlite3.Connection) -> list[ReconciliationRecord]:
+            clauses, args = _filters(thread_id=thread_id, idempotency_key=idempotency_key)
+            rows = conn.execute(
+                f"SELECT CAST(document AS BLOB) FROM ik_reconciliations{clauses} ORDER BY seq",
+                args,
+            ).fetchall()
+            return [
+                decode_model(ReconciliationRecord, row[0], what="reconciliation") for row in rows
+            ]
+
+        return await self._db.read(read)
+
+    async def read_outbox(
+        self,
+        *,
+        thread_id: str | None = None,
+        turn_id: str | None = None,
+        after_position: int = 0,
+        limit: int = 1000,
+    ) -> list[StoredEvent]:
+        check_limit(limit, maximum=10_000)
+        self._check_open()
+
+        def read(conn: sqlite3.Connection) -> list[StoredEvent]:
+            clauses, args = _filters(thread_id=thread_id, turn_id=turn_id)
+            clauses += " AND position > ?" if clauses else " WHERE position > ?"
+            rows = conn.execute(
+                "SELECT position, CAST(document AS BLOB), delivered_at, attempts, last_error,"
+                f" dead FROM ik_outbox{clauses} ORDER BY position LIMIT ?",
+                (*args, int(after_position), limit),
+            ).fetchall()
+            return [
+                StoredEvent(
+                    event=decode_model(KernelEvent, text, what="outbox event", position=position),
+                    position=position,
+                    delivered_at=None if delivered is None else datetime.fromisoformat(delivered),
+                    attempts=attempts,
+                    last_error=last_error,
+                    dead=bool(dead),
+                )
+                for position, text, delivered, attempts, last_error, dead in rows
+            ]
+
+        return await self._db.read(read)
+
+
+def _exists(conn: sqlite3.Connection, thread_id: str, turn_id: str) -> bool:
+    row = conn.execute(
+        "SELECT 1 FROM ik_turns WHERE thread_id = ? AND turn_id = ?", (thread_id, turn_id)
+    ).fetchone()
+    return row is not None
+
+
+def _filters(**equal: str | None) -> tuple[str, tuple[str, ...]]:
+    """``WHERE a = ? AND b = ?`` for the given non-``None`` columns (names are ours)."""
+    chosen = [(column, value) for column, value in equal.items() if value is not None]
+    if not chosen:
+        return "", ()
+    clause = " WHERE " + " AND ".join(f"{column} = ?" for column, _ in chosen)
+    return clause, tuple(value for _, value in chosen)

@@ -1,0 +1,84 @@
+"""Per-thread leases across processes: ``flock`` on one lock file per thread.
+
+Why ``flock`` on separate files: the kernel releases the lock when the holder dies (kill -9
+included), other threads' files are never touched, and a ``flock`` belongs to one open file
+description, so two waiters in one process exclude each other too. The files live in a
+directory apart from the database because closing *any* descriptor of the database file would
+drop SQLite's own POSIX locks. Lock files are never deleted: unlinking a file another process
+has open would let two holders lock two different files.
+
+Waiting polls ``LOCK_NB`` with a short back-off so the event loop is never blocked. The epoch
+(fencing token) is kept in the database by the adapter, bumped right after the file is locked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import hashlib
+import os
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from ...contracts.errors import DurabilityError, ErrorCode
+from ._errors import translate_errors
+
+__all__ = ["LockFiles"]
+
+_FIRST_POLL = 0.001
+_MAX_POLL = 0.02
+
+
+class LockFiles:
+    """The lock directory: ``hold(thread_id)`` locks the thread's file for a block."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._ready = False
+
+    def ensure_directory(self) -> None:
+        if not self._ready:
+            with translate_errors(what="lock directory"):
+                self.directory.mkdir(mode=0o755, parents=True, exist_ok=True)
+            self._ready = True
+
+    def path_for(self, thread_id: str) -> Path:
+        digest = hashlib.sha256(thread_id.encode("utf-8")).hexdigest()[:40]
+        return self.directory / f"{digest}.lock"
+
+    @asynccontextmanager
+    async def hold(self, thread_id: str, wait: float) -> AsyncIterator[None]:
+        path = self.path_for(thread_id)
+        with translate_errors(what="lock file", thread_id=thread_id):
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            await self._wait(fd, thread_id, wait)
+            yield
+        finally:
+            os.close(fd)  # closing the only descriptor releases the flock
+
+    @staticmethod
+    async def _wait(fd: int, thread_id: str, wait: float) -> None:
+        deadline = time.monotonic() + wait
+        delay = _FIRST_POLL
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                pass
+            except OSError as exc:
+                with translate_errors(what="lock file", thread_id=thread_id):
+                    raise exc
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise DurabilityError(
+                    "timed out waiting for the thread lease",
+                    code=ErrorCode.LOCK_TIMEOUT,
+                    retryable=True,
+                    context={"thread_id": thread_id, "timeout": wait},
+                )
+            await asyncio.sleep(min(delay, remaining))
+            delay = min(delay * 2, _MAX_POLL)

@@ -1,0 +1,127 @@
+"""Where the database lives: path or ``sqlite:///`` URL, and the local-filesystem check.
+
+SQLite's WAL mode needs shared memory between processes on one host; on a network filesystem
+(NFS, SMB, sshfs, ...) locking and the ``-shm`` file do not work and the database can be
+corrupted, so such paths are refused before anything is opened.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from ...contracts.errors import ConfigurationError
+
+__all__ = [
+    "NETWORK_FILESYSTEMS",
+    "check_local",
+    "filesystem_type",
+    "parse_location",
+]
+
+NETWORK_FILESYSTEMS = frozenset(
+    {
+        "nfs",
+        "nfs4",
+        "cifs",
+        "smb",
+        "smb2",
+        "smb3",
+        "smbfs",
+        "ncpfs",
+        "afs",
+        "coda",
+        "9p",
+        "ceph",
+        "glusterfs",
+        "lustre",
+        "gpfs",
+        "ocfs2",
+        "gfs2",
+        "davfs",
+        "fuse.sshfs",
+        "fuse.glusterfs",
+        "fuse.cephfs",
+        "fuse.s3fs",
+        "fuse.gcsfuse",
+        "fuse.rclone",
+        "fuse.davfs",
+        "fuse.juicefs",
+    }
+)
+
+
+def parse_location(location: str | os.PathLike[str]) -> Path:
+    """A filesystem path from a path or a ``sqlite:///`` URL.
+
+    URLs follow the usual Python convention: ``sqlite:///app.db`` is relative to the working
+    directory and ``sqlite:////var/lib/app.db`` is absolute.
+    """
+    if isinstance(location, os.PathLike):
+        location = os.fspath(location)
+    if not isinstance(location, str) or not location.strip():
+        raise ConfigurationError(
+            "the SQLite location must be a path or a sqlite:/// URL",
+            context={"setting": "url"},
+        )
+    if "://" not in location:
+        path = location
+    else:
+        parts = urlsplit(location)
+        if parts.scheme != "sqlite" or parts.netloc or parts.query or parts.fragment:
+            raise ConfigurationError(
+                "expected sqlite:///relative/path or sqlite:////absolute/path",
+                context={"setting": "url", "scheme": parts.scheme},
+            )
+        path = unquote(parts.path[1:])
+    if not path or path == ":memory:" or path.startswith("file:"):
+        raise ConfigurationError(
+            "an in-memory SQLite database cannot be shared; give a file path",
+            context={"setting": "url"},
+        )
+    return Path(path).expanduser().absolute()
+
+
+def _unescape(field: str) -> str:
+    # /proc/mounts escapes space, tab, newline and backslash as octal.
+    for octal, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
+        field = field.replace(octal, char)
+    return field
+
+
+def filesystem_type(path: Path, mounts: str) -> str | None:
+    """The type of the filesystem holding ``path``, from the text of ``/proc/mounts``."""
+    best: tuple[int, str] | None = None
+    target = str(path)
+    for line in mounts.splitlines():
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        point, fstype = _unescape(fields[1]), fields[2]
+        inside = target == point or target.startswith(point.rstrip("/") + "/")
+        if inside and (best is None or len(point) >= best[0]):
+            best = (len(point), fstype)
+    return None if best is None else best[1]
+
+
+def _existing_ancestor(path: Path) -> Path:
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            return candidate.resolve()
+    return Path("/")
+
+
+def check_local(path: Path, *, mounts_file: str = "/proc/mounts") -> None:
+    """Refuse a path on a network filesystem with ``ConfigurationError``."""
+    try:
+        with open(mounts_file, encoding="utf-8", errors="replace") as handle:
+            mounts = handle.read()
+    except OSError:
+        return  # not Linux: nothing to read; the documentation states the limit
+    fstype = filesystem_type(_existing_ancestor(path), mounts)
+    if fstype is not None and fstype.lower() in NETWORK_FILESYSTEMS:
+        raise ConfigurationError(
+            "SQLite in WAL mode needs a local filesystem; this path is on a network filesystem",
+            context={"setting": "url", "filesystem": fstype},
+        )

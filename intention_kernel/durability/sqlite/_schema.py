@@ -1,0 +1,133 @@
+"""The store's schema as an ordered list of migrations; the list index + 1 is the version.
+
+Applied versions are recorded in ``ik_schema``. ``migrate`` applies what is missing inside one
+``BEGIN IMMEDIATE`` transaction, so processes opening a new file at once serialize; a database
+whose recorded version is newer than this code is refused before anything is touched.
+Append new migrations; never edit a released one.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import UTC, datetime
+
+from ...contracts.errors import ErrorCode, StoreSchemaError
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate", "stored_version"]
+
+_ID = "length({0}) BETWEEN 1 AND 256"
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    # 1: turns, heads, leases, receipts, outbox, reconciliations.
+    (
+        f"""CREATE TABLE ik_leases (
+            thread_id TEXT PRIMARY KEY CHECK ({_ID.format("thread_id")}),
+            epoch INTEGER NOT NULL CHECK (epoch >= 1)
+        ) WITHOUT ROWID""",
+        f"""CREATE TABLE ik_turns (
+            seq INTEGER PRIMARY KEY,
+            thread_id TEXT NOT NULL CHECK ({_ID.format("thread_id")}),
+            turn_id TEXT NOT NULL CHECK ({_ID.format("turn_id")}),
+            revision INTEGER NOT NULL CHECK (revision >= 1),
+            fingerprint TEXT CHECK (fingerprint IS NULL OR {_ID.format("fingerprint")}),
+            result TEXT NOT NULL,
+            committed_at TEXT NOT NULL,
+            UNIQUE (thread_id, turn_id),
+            UNIQUE (thread_id, revision)
+        )""",
+        """CREATE TABLE ik_heads (
+            thread_id TEXT PRIMARY KEY,
+            revision INTEGER NOT NULL CHECK (revision >= 1),
+            turn_id TEXT NOT NULL
+        ) WITHOUT ROWID""",
+        f"""CREATE TABLE ik_receipts (
+            thread_id TEXT NOT NULL CHECK ({_ID.format("thread_id")}),
+            idempotency_key TEXT NOT NULL
+                CHECK (length(idempotency_key) BETWEEN 1 AND 512),
+            receipt_id TEXT NOT NULL CHECK ({_ID.format("receipt_id")}),
+            capability_id TEXT NOT NULL CHECK ({_ID.format("capability_id")}),
+            status TEXT NOT NULL
+                CHECK (status IN ('prepared', 'completed', 'failed', 'uncertain')),
+            updated_us INTEGER NOT NULL,
+            document TEXT NOT NULL,
+            PRIMARY KEY (thread_id, idempotency_key)
+        ) WITHOUT ROWID""",
+        "CREATE INDEX ik_receipts_by_status ON ik_receipts (status, updated_us, receipt_id)",
+        "CREATE INDEX ik_receipts_by_update ON ik_receipts (updated_us, receipt_id)",
+        f"""CREATE TABLE ik_outbox (
+            position INTEGER PRIMARY KEY AUTOINCREMENT,
+            thread_id TEXT NOT NULL CHECK ({_ID.format("thread_id")}),
+            turn_id TEXT NOT NULL CHECK ({_ID.format("turn_id")}),
+            event_id TEXT NOT NULL CHECK ({_ID.format("event_id")}),
+            sequence INTEGER NOT NULL,
+            document TEXT NOT NULL,
+            delivered_at TEXT,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            last_error TEXT,
+            dead INTEGER NOT NULL DEFAULT 0 CHECK (dead IN (0, 1)),
+            UNIQUE (thread_id, turn_id, event_id)
+        )""",
+        "CREATE INDEX ik_outbox_by_thread ON ik_outbox (thread_id, position)",
+        """CREATE TABLE ik_reconciliations (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            id TEXT NOT NULL UNIQUE,
+            thread_id TEXT NOT NULL,
+            idempotency_key TEXT NOT NULL,
+            document TEXT NOT NULL
+        )""",
+        "CREATE INDEX ik_reconciliations_by_key"
+        " ON ik_reconciliations (thread_id, idempotency_key, seq)",
+    ),
+)
+
+SCHEMA_VERSION = len(MIGRATIONS)
+"""The schema version this code writes and understands."""
+
+_SCHEMA_TABLE = """CREATE TABLE IF NOT EXISTS ik_schema (
+    version INTEGER PRIMARY KEY,
+    applied_at TEXT NOT NULL
+)"""
+
+
+def stored_version(conn: sqlite3.Connection) -> int:
+    """The highest applied migration (0 for a database without our schema)."""
+    found = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'ik_schema'"
+    ).fetchone()
+    if found is None:
+        return 0
+    row = conn.execute("SELECT coalesce(max(version), 0) FROM ik_schema").fetchone()
+    return int(row[0])
+
+
+def _refuse_newer(version: int) -> None:
+    if version > SCHEMA_VERSION:
+        raise StoreSchemaError(
+            "the database was written by a newer version of intention-kernel",
+            code=ErrorCode.STORE_SCHEMA_TOO_NEW,
+            context={"found": version, "supported": SCHEMA_VERSION},
+        )
+
+
+def migrate(conn: sqlite3.Connection) -> int:
+    """Bring the schema to ``SCHEMA_VERSION``; returns the version found before."""
+    version = stored_version(conn)
+    _refuse_newer(version)
+    if version == SCHEMA_VERSION:
+        return version
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute(_SCHEMA_TABLE)
+        version = stored_version(conn)  # another process may have migrated meanwhile
+        _refuse_newer(version)
+        now = datetime.now(UTC).isoformat()
+        for number in range(version + 1, SCHEMA_VERSION + 1):
+            for statement in MIGRATIONS[number - 1]:
+                conn.execute(statement)
+            conn.execute("INSERT INTO ik_schema (version, applied_at) VALUES (?, ?)", (number, now))
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return version

@@ -1,0 +1,35 @@
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from intention_kernel.contracts import DurabilityStore
+from intention_kernel.durability.sqlite import SQLiteDurability
+from intention_kernel.testing.conformance import ConformanceHarness, DurabilityConformance
+
+
+class SQLiteHarness(ConformanceHarness):
+    """Every ``open`` is a new adapter on the same file, as a restarted process would be."""
+
+    stateful_examples = 25
+
+    def __init__(self, directory: Path) -> None:
+        super().__init__()
+        self.path = directory / "store.db"
+
+    async def _open(self, *, lock_timeout: float) -> DurabilityStore:
+        return await SQLiteDurability.open(self.path, lock_timeout=lock_timeout)
+
+    async def revoke_lease(self, thread_id: str) -> None:
+        # Another holder taking over bumps the epoch row; done here with a plain connection.
+        with sqlite3.connect(self.path, isolation_level=None) as conn:
+            conn.execute("UPDATE ik_leases SET epoch = epoch + 1 WHERE thread_id = ?", (thread_id,))
+        conn.close()
+
+
+class TestSQLiteConformance(DurabilityConformance):
+    @pytest.fixture
+    def harness(self, tmp_path: Path) -> SQLiteHarness:
+        return SQLiteHarness(tmp_path)
