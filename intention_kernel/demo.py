@@ -22,28 +22,29 @@ from typing import Any
 from pydantic import JsonValue
 
 from .contracts import DurabilityStore, EffectAuthority, ReceiptStatus
+from .contracts.ids import new_id
+from .durability.sqlite import SQLiteDurability
 from .examples.travel_desk import FakeHotelProvider, build_agent, scripted_model
 from .kernel import CompiledAgent, Kernel, TurnResult, provider_idempotency_key
 
 __all__ = ["main", "open_store"]
 
 TENANT = "demo"
-THREAD = "traveller-1"
 ACTOR = "ann@example.com"
 
 
 async def open_store(directory: Path) -> tuple[DurabilityStore, str]:
-    """The embedded default store, in ``directory``; returns it and a description."""
-    from .testing import MemoryDurability
-
-    return MemoryDurability(), "memory (test-only, in this process)"
+    """The embedded default store (SQLite) in ``directory``; returns it and a description."""
+    path = directory / "demo.db"
+    return await SQLiteDurability.open(path), f"SQLite ({path})"
 
 
 class Conversation:
     """Runs turns and prints them as a transcript."""
 
-    def __init__(self, agent: CompiledAgent, provider: FakeHotelProvider) -> None:
+    def __init__(self, agent: CompiledAgent, provider: FakeHotelProvider, thread: str) -> None:
         self.agent = agent
+        self.thread = thread
         self.provider = provider
         self.turns = 0
         self.last: TurnResult | None = None
@@ -66,7 +67,7 @@ class Conversation:
             else:
                 _line("user", text)
         result = await self.agent.run(
-            thread_id=THREAD,
+            thread_id=self.thread,
             turn_id=turn_id,
             text=text,
             selection=selection,
@@ -99,7 +100,8 @@ async def run(store: DurabilityStore, where: str) -> None:
     provider = FakeHotelProvider()
     kernel = Kernel(durability=store, model=scripted_model(), ports={"hotels": provider})
     agent = kernel.compile(build_agent())
-    talk = Conversation(agent, provider)
+    thread = new_id("traveller")  # a fresh conversation, also in a reused --dir
+    talk = Conversation(agent, provider, thread)
     print("intention-kernel demo: a travel desk agent, one durable transaction per turn")
     print(f"store: {where}; model: scripted; provider: a fake that honours idempotency keys\n")
 
@@ -152,7 +154,7 @@ async def run(store: DurabilityStore, where: str) -> None:
     _note("the provider will apply the next booking, then drop the connection")
     lost = await talk.say("yes")
     _check("being verified" in lost.response.text, "the user is told it is being verified")
-    [receipt] = await store.list_receipts(thread_id=THREAD, status=ReceiptStatus.UNCERTAIN)
+    [receipt] = await store.list_receipts(thread_id=thread, status=ReceiptStatus.UNCERTAIN)
     _note(f"receipt {receipt.idempotency_key}: {receipt.status}; audit event effect.uncertain")
     await talk.say("Book it")
     retry = await talk.say("yes")
@@ -162,13 +164,13 @@ async def run(store: DurabilityStore, where: str) -> None:
 
     print("\n7. An operator reconciles it from the provider's records")
     key = provider_idempotency_key(
-        EffectAuthority(receipt.idempotency_key, receipt.id), tenant=TENANT, thread=THREAD
+        EffectAuthority(receipt.idempotency_key, receipt.id), tenant=TENANT, thread=thread
     )
     found = provider.find(key)
     _check(found is not None, "the provider has the booking")
     _line("ops", f"provider has {found} for key {key[:19]}...")
     await store.reconcile(
-        THREAD,
+        thread,
         receipt.idempotency_key,
         "completed",
         value=found,
@@ -188,11 +190,15 @@ async def run(store: DurabilityStore, where: str) -> None:
 async def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m intention_kernel.demo", description=__doc__)
     parser.add_argument(
-        "--dir", type=Path, default=None, help="directory for the store (default: a temp dir)"
+        "--dir",
+        type=Path,
+        default=None,
+        help="directory for demo.db (default: a temporary directory, removed afterwards)",
     )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="intention-kernel-demo-") as temp:
         directory = args.dir if args.dir is not None else Path(temp)
+        directory.mkdir(parents=True, exist_ok=True)
         store, where = await open_store(directory)
         try:
             await run(store, where)

@@ -19,6 +19,7 @@ def test_the_demo_runs_and_prints_the_transcript() -> None:
     assert done.returncode == 0, done.stderr
     out = done.stdout
     for line in (
+        "store: SQLite (",
         "1. A question is answered",
         "In Lisbon for 2 nights: Alfama Inn (120 EUR/night)",
         "Please confirm: Book the quoted stay (quote_id: Q-alfama-inn-2n).",

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from intention_kernel.contracts import DurabilityStore
+from intention_kernel.durability.sqlite import SQLiteDurability
 from intention_kernel.testing import MemoryDurability
 
 from .support import World, make_world
@@ -29,8 +30,18 @@ async def _memory(tmp_path: Path) -> AsyncIterator[DurabilityStore]:
         await durability.close()
 
 
+@asynccontextmanager
+async def _sqlite(tmp_path: Path) -> AsyncIterator[DurabilityStore]:
+    durability = await SQLiteDurability.open(tmp_path / "kernel.db")
+    try:
+        yield durability
+    finally:
+        await durability.close()
+
+
 DURABILITY_FACTORIES: list[tuple[str, DurabilityFactory]] = [
     ("memory", _memory),
+    ("sqlite", _sqlite),
 ]
 
 
