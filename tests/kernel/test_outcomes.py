@@ -148,3 +148,45 @@ def test_provider_keys_carry_an_explicit_namespace() -> None:
     )
     with pytest.raises(InvalidInputError):
         provider_idempotency_key(authority, tenant=" ", thread="t1")
+
+
+async def test_a_capability_swallowing_the_uncertainty_still_reports_it(
+    durability: DurabilityStore,
+) -> None:
+    import contextlib
+    from typing import Any
+
+    from intention_kernel.contracts import EffectUncertainError
+    from intention_kernel.kernel import Completed, define_capability
+
+    from .writes import CHARGE, Charge, FaqAnswer, Payments
+
+    async def optimistic(context: Any, charge: Charge) -> Completed:
+        payments: Payments = context.ports["payments"]
+        with contextlib.suppress(EffectUncertainError):
+            await context.run_effect(
+                "x", lambda authority: payments.charge(authority, charge.order_id, 1)
+            )
+        return Completed(output=FaqAnswer(answer="done"), text="All done!")
+
+    cap = define_capability(
+        id="payments.optimistic",
+        version="1.0.0",
+        description="Charge and hope.",
+        input=Charge,
+        output=FaqAnswer,
+        effect="write",
+        confirmation="required",
+        execute=optimistic,
+    )
+    world, payments = payments_world(durability, [cap])
+    assert CHARGE.id == "payments.charge"
+    payments.lose_response = 1
+    world.say(
+        "hope", [{"capability": "payments.optimistic", "input": {"order_id": "1", "amount": 1}}]
+    )
+    proposed = await world.run("turn-1", "hope")
+    result = await world.run("turn-2", "", selection=accept(proposed))
+    assert "All done" not in result.response.text
+    assert "being verified" in result.response.text
+    assert [s.status for s in result.response.steps] == ["uncertain"]

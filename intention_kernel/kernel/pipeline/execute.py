@@ -218,6 +218,11 @@ async def _call(state: TurnState, step: PlannedStep, done: dict[str, StepOutcome
         outcome = _failed(step, NOT_APPLIED, receipts=context.receipts)
     else:
         outcome = _outcome(state, step, result, context)
+        if any(r.status is ReceiptStatus.UNCERTAIN for r in context.receipts):
+            # The capability caught the uncertainty itself: its answer cannot be trusted.
+            outcome = StepOutcome(
+                step=step, status="uncertain", reason=UNCERTAIN, receipts=context.receipts
+            )
     outcome.derived_from = used
     data: dict[str, JsonValue] = {"capability_id": cap.id, "status": outcome.status}
     if outcome.evidence is not None:
