@@ -155,17 +155,20 @@ async def run(store: DurabilityStore, where: str) -> None:
     lost = await talk.say("yes")
     _check("being verified" in lost.response.text, "the user is told it is being verified")
     [receipt] = await store.list_receipts(thread_id=thread, status=ReceiptStatus.UNCERTAIN)
-    _note(f"receipt {receipt.idempotency_key}: {receipt.status}; audit event effect.uncertain")
-    await talk.say("Book it")
-    retry = await talk.say("yes")
-    _note(f"provider calls: {provider.total_calls()} (never retried while uncertain)")
-    _check("being verified" in retry.response.text, "an uncertain write is not retried")
-    _check(provider.total_calls() == 2, "no blind retry")
-
-    print("\n7. An operator reconciles it from the provider's records")
+    stored = await store.read_outbox(thread_id=thread, turn_id=lost.turn_id)
+    audit = [e.event.type for e in stored if e.event.type == "effect.uncertain"]
+    _check(audit == ["effect.uncertain"], "operators get an audit event")
+    _note(f"receipt {receipt.idempotency_key}: {receipt.status}; outbox event {audit[0]}")
     key = provider_idempotency_key(
         EffectAuthority(receipt.idempotency_key, receipt.id), tenant=TENANT, thread=thread
     )
+    await talk.say("Book it")
+    retry = await talk.say("yes")
+    _note(f"provider calls for this booking: {provider.calls[key]} (never retried while uncertain)")
+    _check("being verified" in retry.response.text, "an uncertain write is not retried")
+    _check(provider.calls[key] == 1, "no blind retry")
+
+    print("\n7. An operator reconciles it from the provider's records")
     found = provider.find(key)
     _check(found is not None, "the provider has the booking")
     _line("ops", f"provider has {found} for key {key[:19]}...")

@@ -29,7 +29,7 @@ def test_the_demo_runs_and_prints_the_transcript() -> None:
         "approval: accepted by ann@example.com",
         "replayed=True, same answer=True, provider calls: 1",
         "the outcome is being",
-        ": uncertain; audit event effect.uncertain",
+        ": uncertain; outbox event effect.uncertain",
         "Booked: Ribeira Rooms, 1 night, 95 EUR (booking BK-1002).",
         "every booking reached the provider exactly once",
     ):
