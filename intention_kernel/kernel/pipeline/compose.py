@@ -3,7 +3,9 @@
 Every evidence id the model cites must exist (this turn's evidence or that of a visible fact).
 An answer that cites unknown ids, or is malformed, gets one recomposition; after that the kernel
 falls back to a safe answer built from the capabilities' canonical text. A turn that only needs a
-clarification is answered by the kernel without a model call.
+clarification is answered by the kernel without a model call, and so is a turn whose write has
+an unknown outcome ("being verified": a model must never word it as done) or that only resolved
+pending work (cancelled, asked again).
 """
 
 from __future__ import annotations
