@@ -44,6 +44,7 @@ from ..crashpoints import CrashPoint, crash_point
 from ._connection import Connection
 from ._lease import LockFiles
 from ._location import check_local, parse_location
+from ._outbox import SQLiteOutboxSource
 
 __all__ = ["SQLiteDurability"]
 
@@ -118,8 +119,9 @@ def _read_receipt(
     return decode_model(EffectReceipt, row[0], what="receipt", thread_id=thread_id)
 
 
-class SQLiteDurability(DurabilityEngine):
-    """Durable turns in one SQLite file, shared safely by the processes of one machine.
+class SQLiteDurability(DurabilityEngine, SQLiteOutboxSource):
+    """Durable turns in one SQLite file, shared safely by the processes of one machine, and an
+    ``OutboxSource`` for relays (see ``_outbox``).
 
     ``location`` is a path or a ``sqlite:///`` URL (``sqlite:////abs/path.db``). ``lock_dir``
     holds one lock file per thread (default: ``<database>.locks`` next to the file); every
