@@ -34,6 +34,7 @@ from ..contracts.events import KernelEvent, StoredEvent
 from ..contracts.ids import new_id
 from ..contracts.outbox import OutboxNotifier, OutboxSource, OutboxStats
 from ..contracts.sinks import EventSink, OutcomeKind, PublishOutcome
+from ..durability.crashpoints import RelayCrashPoint, crash_point
 from ._backoff import Backoff
 
 __all__ = ["BatchReport", "OutboxRelay", "RelayStats"]
@@ -173,6 +174,7 @@ class OutboxRelay:
         report.claimed = len(batch)
         if not batch:
             return report
+        crash_point(RelayCrashPoint.RELAY_CLAIMED, relay_id=self.relay_id, claimed=len(batch))
         self.stats.batches += 1
         queues: dict[str, deque[StoredEvent]] = {}
         for stored in batch:
@@ -234,7 +236,9 @@ class OutboxRelay:
                 report.released += await self.source.release(self.relay_id, rest)
                 self.stats.released += len(rest)
         if acked:
+            crash_point(RelayCrashPoint.RELAY_ACKED, relay_id=self.relay_id, acked=len(acked))
             await self.source.mark_delivered(self.relay_id, acked)
+            crash_point(RelayCrashPoint.RELAY_MARKED, relay_id=self.relay_id, acked=len(acked))
             report.delivered += len(acked)
             self.stats.delivered += len(acked)
             self.stats.last_delivery_at = datetime.now(UTC)
