@@ -33,8 +33,8 @@ in order.
 The returned events are claimed by ``relay_id`` until ``now + lease``. Two relays never hold a
 live claim on the same event. PostgreSQL can implement ``claim`` with a short transaction over
 ``FOR UPDATE SKIP LOCKED`` on the candidates plus claim columns (``claimed_by``,
-``claimed_until``), excluding threads that have an earlier undelivered, non-dead row that is not
-a candidate; SQLite (one writer) with one ``BEGIN IMMEDIATE`` transaction.
+``claimed_until``), excluding threads that have an earlier undelivered row (dead ones included)
+that is not a candidate; SQLite (one writer) with one ``BEGIN IMMEDIATE`` transaction.
 
 **After publishing**, the relay calls ``mark_delivered`` only for events the sink acknowledged,
 ``record_failure`` for the first failed event of a thread, and ``release`` for the rest of that

@@ -10,6 +10,8 @@ Failure handling, by sink outcome:
 * ``retry``: the event's attempt is counted with backoff; its thread waits, others flow; after
   ``max_attempts`` it is dead-lettered with the last error.
 * ``reject``: dead-lettered at once with the reason.
+
+A dead event keeps its thread waiting (order per thread is promised) until ``requeue``.
 * ``unavailable``: the sink is down; the batch is released without counting attempts and the
   relay pauses with backoff (logged, counted in ``stats``), so an outage never dead-letters the
   backlog and never turns into a crash loop.
