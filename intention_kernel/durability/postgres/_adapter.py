@@ -40,6 +40,7 @@ from ..crashpoints import CrashPoint, crash_point
 from . import _schema
 from ._errors import retrying, translated
 from ._lease import Heartbeat, LeaseSettings, PgLease, new_owner
+from ._outbox import OutboxStatements, PostgresOutboxSource
 from ._reads import PostgresReads
 from ._sql import Statements
 
@@ -84,7 +85,7 @@ class _Opening:
             await self._store.close()
 
 
-class PostgresDurability(PostgresReads, DurabilityEngine):
+class PostgresDurability(PostgresOutboxSource, PostgresReads, DurabilityEngine):
     """PostgreSQL durability: lease rows with fencing, one-statement commits.
 
     Open with ``PostgresDurability.open("postgresql://...")`` or ``open(pool)``; create the
@@ -110,6 +111,7 @@ class PostgresDurability(PostgresReads, DurabilityEngine):
         # Test-only planted bug for fault tests: writes do not check the lease epoch.
         self._fencing = os.environ.get("IK_PLANTED_BUG") != "no_fencing"
         self._sql = Statements.render(self.schema, fencing=self._fencing)
+        self._outbox_sql = OutboxStatements(self.schema)
         self._acquired: dict[tuple[str, int], _Acquired] = {}
         self.server_synchronous_commit: str | None = None
 
@@ -212,6 +214,12 @@ class PostgresDurability(PostgresReads, DurabilityEngine):
 
     async def _execute(self, sql: str, *args: Any, deadline: float | None = None) -> None:
         await retrying(lambda: self._pool.execute(sql, *args, timeout=deadline))
+
+    async def _execute_status(self, sql: str, *args: Any) -> int:
+        """Run one statement; the row count of its status tag (``UPDATE 3`` -> 3)."""
+        status: str = await retrying(lambda: self._pool.execute(sql, *args))
+        tail = status.rsplit(" ", 1)[-1]
+        return int(tail) if tail.isdigit() else 0
 
     # ---------------------------------------------------------------- lease
 

@@ -8,12 +8,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ...contracts.checkpoint import KernelCheckpoint
-from ...contracts.events import KernelEvent, StoredEvent
+from ...contracts.events import StoredEvent
 from ...contracts.ids import validate_idempotency_key, validate_thread_id, validate_turn_id
 from ...contracts.receipts import EffectReceipt, ReceiptStatus, ReconciliationRecord
 from ...contracts.turns import DurableTurnResult
 from .._documents import decode_model
 from .._listing import check_limit
+from ._outbox import stored_event
 from ._sql import Statements
 
 __all__ = ["PostgresReads"]
@@ -169,14 +170,9 @@ class PostgresReads:
             where.append(f"turn_id = ${len(args)}")
         args.append(limit)
         rows = await self._fetch(
-            f'SELECT position, event FROM "{self.schema}".outbox'
+            "SELECT position, event, delivered_at, attempts, last_error, dead"
+            f' FROM "{self.schema}".outbox'
             f" WHERE {' AND '.join(where)} ORDER BY position LIMIT ${len(args)}",
             *args,
         )
-        return [
-            StoredEvent(
-                event=decode_model(KernelEvent, r["event"], what="outbox event"),
-                position=r["position"],
-            )
-            for r in rows
-        ]
+        return [stored_event(r) for r in rows]

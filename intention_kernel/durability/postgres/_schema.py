@@ -73,6 +73,24 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX reconciliations_by_key ON {s}.reconciliations (thread_id, idempotency_key);
     """,
+    # 2: delivery state for the outbox relay (see ``_outbox``). Every added column is NULL or
+    # has a constant default, so the ALTER does not rewrite a large outbox. The partial indexes
+    # keep claims, dead letters and pruning off the delivered history.
+    """
+    ALTER TABLE {s}.outbox
+        ADD COLUMN claimed_by      text,
+        ADD COLUMN claimed_until   timestamptz,
+        ADD COLUMN attempts        integer NOT NULL DEFAULT 0,
+        ADD COLUMN last_error      text,
+        ADD COLUMN next_attempt_at timestamptz,
+        ADD COLUMN delivered_at    timestamptz,
+        ADD COLUMN dead            boolean NOT NULL DEFAULT false;
+    CREATE INDEX outbox_open ON {s}.outbox (position) WHERE delivered_at IS NULL;
+    CREATE INDEX outbox_open_by_thread ON {s}.outbox (thread_id, position)
+        WHERE delivered_at IS NULL;
+    CREATE INDEX outbox_dead ON {s}.outbox (position) WHERE dead;
+    CREATE INDEX outbox_delivered ON {s}.outbox (delivered_at) WHERE delivered_at IS NOT NULL;
+    """,
 )
 
 

@@ -1,0 +1,239 @@
+"""The ``OutboxSource`` half of ``PostgresDurability``: delivery state on the outbox rows.
+
+Every method is one statement, so one short transaction; no transaction stays open while a sink
+publishes. Times come from the server clock (``now()``, the statement's transaction start).
+
+Positions come from a ``bigserial`` taken at INSERT time, not at COMMIT: across threads a lower
+position can become visible after a higher one. Within a thread they follow commit order (the
+lease and the head revision serialize a thread's commits, and a turn inserts its events in
+sequence order), which is all the claim rule needs: it compares positions only within a thread.
+
+``claim`` locks candidates with ``FOR UPDATE SKIP LOCKED`` (relays never wait on each other),
+then keeps a candidate only if every earlier undelivered row of its thread is also a locked
+candidate. SKIP LOCKED silently skips rows another transaction holds (a concurrent claim, mark
+or failure); without that second check a skipped row would let a later row of its thread out
+of order. Candidates are first filtered against the statement's snapshot (a thread is held
+back from its first row that is dead, live-claimed or backing off), so a held-back thread does
+not fill the batch with rows that would be dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ...contracts.errors import InvalidInputError
+from ...contracts.events import KernelEvent, StoredEvent
+from ...contracts.outbox import OutboxStats
+from .._documents import decode_model
+
+__all__ = ["OutboxStatements", "PostgresOutboxSource"]
+
+_MAX_ERROR = 2000
+_RETURNING = "position, event, delivered_at, attempts, last_error, dead"
+# An init-plan: evaluated once per statement, transaction-local (works behind a pooler).
+_SYNC_ON = "(SELECT set_config('synchronous_commit', 'on', true)) IS NOT NULL"
+
+
+def _check_relay_id(relay_id: str) -> None:
+    if not isinstance(relay_id, str) or not relay_id or len(relay_id) > 200:
+        raise InvalidInputError("relay_id must be a non-empty string of at most 200 characters")
+
+
+def _check_seconds(value: float, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise InvalidInputError(f"{name} must be a number of seconds >= 0")
+    return float(value)
+
+
+def _positions(positions: Sequence[int]) -> list[int]:
+    return [p for p in positions if isinstance(p, int) and not isinstance(p, bool)]
+
+
+def stored_event(row: Any) -> StoredEvent:
+    """A ``StoredEvent`` with its delivery state from a row of ``_RETURNING`` columns."""
+    return StoredEvent(
+        event=decode_model(
+            KernelEvent, row["event"], what="outbox event", position=row["position"]
+        ),
+        position=row["position"],
+        delivered_at=row["delivered_at"],
+        attempts=row["attempts"],
+        last_error=row["last_error"],
+        dead=row["dead"],
+    )
+
+
+class OutboxStatements:
+    """The outbox statements of one schema, rendered once."""
+
+    def __init__(self, schema: str) -> None:
+        s = f'"{schema}".outbox'
+        # $1 relay id, $2 limit, $3 lease seconds.
+        self.claim = f"""
+WITH candidates AS (
+    SELECT o.position, o.thread_id FROM {s} o
+    WHERE o.delivered_at IS NULL AND NOT o.dead
+      AND (o.claimed_until IS NULL OR o.claimed_until <= now())
+      AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= now())
+      AND NOT EXISTS (
+          SELECT 1 FROM {s} b
+          WHERE b.thread_id = o.thread_id AND b.position < o.position
+            AND b.delivered_at IS NULL
+            AND (b.dead OR b.claimed_until > now() OR b.next_attempt_at > now()))
+    ORDER BY o.position
+    LIMIT $2
+    FOR UPDATE OF o SKIP LOCKED
+), chosen AS (
+    SELECT c.position FROM candidates c
+    WHERE NOT EXISTS (
+        SELECT 1 FROM {s} e
+        WHERE e.thread_id = c.thread_id AND e.position < c.position
+          AND e.delivered_at IS NULL
+          AND NOT EXISTS (SELECT 1 FROM candidates k WHERE k.position = e.position))
+)
+UPDATE {s} u SET claimed_by = $1, claimed_until = now() + make_interval(secs => $3::float8)
+FROM chosen WHERE u.position = chosen.position
+RETURNING u.position, u.event, u.delivered_at, u.attempts, u.last_error, u.dead"""
+        # $1 positions. Durable: a lost mark would only re-deliver, but an acked batch should
+        # stay acked across a server crash.
+        self.mark_delivered = f"""
+UPDATE {s} SET delivered_at = now(), dead = false, claimed_by = NULL, claimed_until = NULL,
+    next_attempt_at = NULL
+WHERE position = ANY($1::bigint[]) AND delivered_at IS NULL AND {_SYNC_ON}"""
+        # $1 position, $2 relay, $3 error, $4 retry seconds, $5 max attempts, $6 permanent.
+        self.record_failure = f"""
+UPDATE {s} SET attempts = attempts + 1, last_error = $3,
+    claimed_by = NULL, claimed_until = NULL,
+    dead = ($6::bool OR attempts + 1 >= $5::int),
+    next_attempt_at = CASE WHEN $6::bool OR attempts + 1 >= $5::int THEN NULL
+                           ELSE now() + make_interval(secs => $4::float8) END
+WHERE position = $1 AND delivered_at IS NULL AND NOT dead
+  AND claimed_by = $2 AND claimed_until > now()
+RETURNING {_RETURNING}"""
+        self.release = f"""
+UPDATE {s} SET claimed_by = NULL, claimed_until = NULL
+WHERE position = ANY($1::bigint[]) AND delivered_at IS NULL AND NOT dead
+  AND claimed_by = $2 AND claimed_until > now()"""
+        # $1 positions or NULL (all), $2 thread or NULL (all).
+        self.requeue = f"""
+UPDATE {s} SET dead = false, attempts = 0, next_attempt_at = NULL,
+    claimed_by = NULL, claimed_until = NULL
+WHERE dead AND ($1::bigint[] IS NULL OR position = ANY($1::bigint[]))
+  AND ($2::text IS NULL OR thread_id = $2::text)"""
+        self.dead_letters = f"SELECT {_RETURNING} FROM {s} WHERE dead ORDER BY position LIMIT $1"
+        self.prune = f"""
+DELETE FROM {s}
+WHERE delivered_at IS NOT NULL AND delivered_at < now() - make_interval(secs => $1::float8)"""
+        # One statement, one snapshot. The oldest pending event is looked for among each
+        # thread's first pending event only (positions are not ordered across threads).
+        self.stats = f"""
+SELECT
+    (SELECT count(*) FROM {s} WHERE delivered_at IS NULL AND NOT dead) AS pending,
+    (SELECT count(*) FROM {s}
+      WHERE delivered_at IS NULL AND NOT dead AND claimed_until > now()) AS claimed,
+    (SELECT count(*) FROM {s} WHERE dead) AS dead,
+    (SELECT count(DISTINCT thread_id) FROM {s} WHERE dead) AS blocked_threads,
+    (SELECT count(*) FROM {s} WHERE delivered_at IS NOT NULL) AS delivered,
+    (SELECT extract(epoch FROM now() - min((h.event::json ->> 'occurred_at')::timestamptz))
+       FROM (SELECT DISTINCT ON (thread_id) event FROM {s}
+             WHERE delivered_at IS NULL AND NOT dead
+             ORDER BY thread_id, position) h)::float8 AS oldest_age"""
+
+
+class PostgresOutboxSource:
+    """``OutboxSource`` over the ``outbox`` table; mixed into ``PostgresDurability``."""
+
+    if TYPE_CHECKING:
+        _outbox_sql: OutboxStatements
+
+        async def _fetchrow(self, sql: str, *args: Any) -> Any: ...
+
+        async def _fetch(self, sql: str, *args: Any) -> list[Any]: ...
+
+        async def _execute_status(self, sql: str, *args: Any) -> int: ...
+
+        def _check_open(self) -> None: ...
+
+    async def claim(self, relay_id: str, *, limit: int, lease: float) -> list[StoredEvent]:
+        _check_relay_id(relay_id)
+        seconds = _check_seconds(lease, "lease")
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise InvalidInputError("limit must be a positive integer")
+        self._check_open()
+        rows = await self._fetch(self._outbox_sql.claim, relay_id, limit, seconds)
+        return sorted((stored_event(r) for r in rows), key=lambda e: e.position)
+
+    async def mark_delivered(self, relay_id: str, positions: Sequence[int]) -> int:
+        _check_relay_id(relay_id)
+        self._check_open()
+        chosen = sorted(set(_positions(positions)))
+        if not chosen:
+            return 0
+        return await self._execute_status(self._outbox_sql.mark_delivered, chosen)
+
+    async def record_failure(
+        self,
+        relay_id: str,
+        position: int,
+        *,
+        error: str,
+        retry_in: float,
+        max_attempts: int,
+        permanent: bool = False,
+    ) -> StoredEvent | None:
+        _check_relay_id(relay_id)
+        seconds = _check_seconds(retry_in, "retry_in")
+        if isinstance(position, bool) or not isinstance(position, int):
+            raise InvalidInputError("position must be an integer")
+        self._check_open()
+        row = await self._fetchrow(
+            self._outbox_sql.record_failure,
+            position,
+            relay_id,
+            str(error)[:_MAX_ERROR],
+            seconds,
+            int(max_attempts),
+            bool(permanent),
+        )
+        return None if row is None else stored_event(row)
+
+    async def release(self, relay_id: str, positions: Sequence[int]) -> int:
+        _check_relay_id(relay_id)
+        self._check_open()
+        chosen = sorted(set(_positions(positions)))
+        if not chosen:
+            return 0
+        return await self._execute_status(self._outbox_sql.release, chosen, relay_id)
+
+    async def requeue(
+        self, positions: Sequence[int] | None = None, *, thread_id: str | None = None
+    ) -> int:
+        self._check_open()
+        chosen = None if positions is None else sorted(set(_positions(positions)))
+        if chosen == []:
+            return 0
+        return await self._execute_status(self._outbox_sql.requeue, chosen, thread_id)
+
+    async def dead_letters(self, *, limit: int = 100) -> list[StoredEvent]:
+        self._check_open()
+        rows = await self._fetch(self._outbox_sql.dead_letters, int(limit))
+        return [stored_event(r) for r in rows]
+
+    async def prune(self, older_than: float) -> int:
+        seconds = _check_seconds(older_than, "older_than")
+        self._check_open()
+        return await self._execute_status(self._outbox_sql.prune, seconds)
+
+    async def outbox_stats(self) -> OutboxStats:
+        self._check_open()
+        row = await self._fetchrow(self._outbox_sql.stats)
+        age = row["oldest_age"]
+        return OutboxStats(
+            pending=row["pending"],
+            claimed=row["claimed"],
+            dead=row["dead"],
+            delivered=row["delivered"],
+            oldest_pending_age=None if age is None else max(0.0, float(age)),
+            blocked_threads=row["blocked_threads"],
+        )
