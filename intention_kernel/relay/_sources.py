@@ -2,15 +2,16 @@
 
 Stores register their scheme here (``register_source``), so the relay command works with any
 store that implements ``OutboxSource`` without importing its driver up front. Built in:
-``memory://`` (process-local and empty: only for trying the command out) and ``sqlite:///path``
-(the SQLite adapter, imported only when such a URL is opened).
+``memory://`` (process-local and empty: only for trying the command out), ``sqlite:///path``
+(the SQLite adapter) and ``postgresql://...`` (the PostgreSQL adapter; ``?schema=name`` picks a
+schema other than the default). A store's driver is imported only when such a URL is opened.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from ..contracts.errors import ConfigurationError
 from ..contracts.outbox import OutboxSource
@@ -49,8 +50,28 @@ async def _open_sqlite(url: str) -> AsyncIterator[OutboxSource]:
         await store.close()
 
 
+@asynccontextmanager
+async def _open_postgres(url: str) -> AsyncIterator[OutboxSource]:
+    """The schema travels as a ``schema`` query parameter, removed before the URL reaches
+    asyncpg (which would send it to the server as a setting)."""
+    from ..durability.postgres import DEFAULT_SCHEMA, PostgresDurability
+
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    schema = next((value for key, value in query if key == "schema"), DEFAULT_SCHEMA)
+    rest = urlencode([(key, value) for key, value in query if key != "schema"])
+    dsn = urlunsplit(("postgresql", parts.netloc, parts.path, rest, parts.fragment))
+    store = await PostgresDurability.open(dsn, schema=schema, min_size=1, max_size=4)
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
 register_source("memory", _open_memory)
 register_source("sqlite", _open_sqlite)
+register_source("postgresql", _open_postgres)
+register_source("postgres", _open_postgres)
 
 
 def open_source(url: str) -> AbstractAsyncContextManager[OutboxSource]:

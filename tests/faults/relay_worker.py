@@ -1,8 +1,9 @@
 """A real relay process for the relay fault tests (run as a script, one JSON argument).
 
-Delivers a SQLite outbox to a ``file://`` sink until the outbox has nothing pending (and, when
-``stop_file`` is given, that file exists), then prints ``{"relay", "delivered"}``. With
-``crash`` (a ``RelayCrashPoint`` value) it ``SIGKILL``s itself the ``nth`` time it reaches it.
+Delivers a SQLite outbox (``db``) or a PostgreSQL one (``dsn`` and ``schema``) to a ``file://``
+sink until the outbox has nothing pending (and, when ``stop_file`` is given, that file exists),
+then prints ``{"relay", "delivered"}``. With ``crash`` (a ``RelayCrashPoint`` value) it
+``SIGKILL``s itself the ``nth`` time it reaches it.
 """
 
 from __future__ import annotations
@@ -14,14 +15,20 @@ import sys
 from typing import Any
 
 from intention_kernel.durability.crashpoints import RelayCrashPoint, kill_at, set_crash_hook
+from intention_kernel.durability.postgres import PostgresDurability
 from intention_kernel.durability.sqlite import SQLiteDurability
 from intention_kernel.relay import OutboxRelay, open_sink
+from intention_kernel.testing.outbox_conformance import OutboxStore
 
 
 async def relay(spec: dict[str, Any]) -> None:
     if spec.get("crash"):
         set_crash_hook(kill_at(RelayCrashPoint(spec["crash"]), nth=int(spec.get("nth", 1))))
-    store = await SQLiteDurability.open(spec["db"], busy_timeout=30)
+    store: OutboxStore
+    if "dsn" in spec:
+        store = await PostgresDurability.open(spec["dsn"], schema=spec["schema"], max_size=2)
+    else:
+        store = await SQLiteDurability.open(spec["db"], busy_timeout=30)
     sink = open_sink(f"file://{spec['sink']}")
     worker = OutboxRelay(
         store,
