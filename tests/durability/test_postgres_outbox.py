@@ -4,13 +4,25 @@ concurrent relays, the relay command)."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import asyncpg
 import pytest
 
-from intention_kernel.durability.postgres import PostgresDurability
+from intention_kernel.contracts.events import KernelEvent
+from intention_kernel.contracts.sinks import PublishOutcome
+from intention_kernel.durability.postgres import MIGRATIONS, PostgresDurability
+from intention_kernel.relay import OutboxRelay
+from intention_kernel.relay.cli import relay_main
 from intention_kernel.testing.outbox_conformance import (
     OutboxHarness,
     OutboxSourceConformance,
     OutboxStore,
+    commit_events,
 )
 from intention_kernel.testing.postgres import drop_schema, require_postgres, scratch_schema
 
@@ -47,3 +59,184 @@ class TestPostgresOutbox(OutboxSourceConformance):
     @pytest.fixture
     def outbox_harness(self, dsn: str) -> PostgresOutboxHarness:
         return PostgresOutboxHarness(dsn)
+
+
+# ---------------------------------------------------------------- PostgreSQL's own
+
+
+async def _open(dsn: str, schema: str, *, setup: bool = False) -> PostgresDurability:
+    return await PostgresDurability.open(dsn, schema=schema, setup=setup, min_size=0, max_size=4)
+
+
+@pytest.fixture
+def pg_schema(dsn: str) -> Iterator[str]:
+    name = scratch_schema("ik_outbox")
+    yield name
+    asyncio.run(drop_schema(dsn, name))
+
+
+async def _write_concurrently(
+    store: PostgresDurability, *, threads: int, turns: int, per_turn: int, writers: int
+) -> None:
+    async def write(part: int) -> None:
+        for turn in range(turns):
+            for thread in range(part, threads, writers):
+                await commit_events(store, f"t{thread}", f"turn-{turn:04d}", per_turn)
+
+    await asyncio.gather(*(write(part) for part in range(writers)))
+
+
+def test_positions_follow_commit_order_within_a_thread_only(dsn: str, pg_schema: str) -> None:
+    """Concurrent writers: per thread, position order is (turn order, sequence); the claim
+    rule relies on nothing more."""
+
+    async def main() -> None:
+        store = await _open(dsn, pg_schema, setup=True)
+        try:
+            await _write_concurrently(store, threads=8, turns=6, per_turn=3, writers=4)
+            outbox = await store.read_outbox(limit=10_000)
+            for thread in {e.event.thread_id for e in outbox}:
+                mine = [e for e in outbox if e.event.thread_id == thread]
+                keys = [(e.event.turn_id, e.event.sequence) for e in mine]
+                assert keys == sorted(keys)  # turn ids sort in turn order here
+        finally:
+            await store.close()
+
+    asyncio.run(main())
+
+
+def test_a_row_locked_elsewhere_holds_back_its_thread(dsn: str, pg_schema: str) -> None:
+    """SKIP LOCKED skips a thread's first row while another transaction holds it; the rows
+    after it in that thread must not be claimed, other threads flow."""
+
+    async def main() -> None:
+        store = await _open(dsn, pg_schema, setup=True)
+        conn = await asyncpg.connect(dsn)
+        try:
+            await commit_events(store, "t1", "turn-1", 3)
+            await commit_events(store, "t2", "turn-1", 2)
+            first = min(e.position for e in await store.read_outbox(thread_id="t1"))
+            async with conn.transaction():
+                await conn.execute(
+                    f'SELECT 1 FROM "{pg_schema}".outbox WHERE position = $1 FOR UPDATE', first
+                )
+                batch = await store.claim("relay-a", limit=100, lease=30)
+                assert {e.event.thread_id for e in batch} == {"t2"}
+            batch = await store.claim("relay-a", limit=100, lease=30)
+            assert [(e.event.thread_id, e.event.sequence) for e in batch] == [
+                ("t1", 0),
+                ("t1", 1),
+                ("t1", 2),
+            ]
+        finally:
+            await conn.close()
+            await store.close()
+
+    asyncio.run(main())
+
+
+def test_a_schema_1_database_is_upgraded_with_its_outbox_kept(dsn: str, pg_schema: str) -> None:
+    async def main() -> None:
+        conn = await asyncpg.connect(dsn)
+        try:
+            await conn.execute(f'CREATE SCHEMA "{pg_schema}"')
+            await conn.execute(
+                f'CREATE TABLE "{pg_schema}".schema_migrations (version integer PRIMARY KEY,'
+                " applied_at timestamptz NOT NULL DEFAULT now())"
+            )
+            await conn.execute(MIGRATIONS[0].format(s=f'"{pg_schema}"'))
+            await conn.execute(f'INSERT INTO "{pg_schema}".schema_migrations VALUES (1)')
+        finally:
+            await conn.close()
+        opened = await _open(dsn, pg_schema, setup=True)  # applies migration 2
+        try:
+            assert await opened.verify() == len(MIGRATIONS) == 2
+            await commit_events(opened, "t1", "turn-1", 2)
+            batch = await opened.claim("relay-a", limit=10, lease=30)
+            assert [e.event.sequence for e in batch] == [0, 1]
+        finally:
+            await opened.close()
+
+    asyncio.run(main())
+
+
+class _CheckingSink:
+    """Records deliveries and fails the test on a concurrent double delivery."""
+
+    def __init__(self) -> None:
+        self.events: list[KernelEvent] = []
+        self.in_flight: set[str] = set()
+        self.overlaps = 0
+
+    async def publish(self, events: Sequence[KernelEvent]) -> list[PublishOutcome]:
+        ids = [e.id for e in events]
+        self.overlaps += len(self.in_flight.intersection(ids))
+        self.in_flight.update(ids)
+        await asyncio.sleep(0.001)
+        self.in_flight.difference_update(ids)
+        self.events.extend(events)
+        return [PublishOutcome.ok() for _ in events]
+
+    async def close(self) -> None:
+        pass
+
+
+def test_three_relay_tasks_deliver_3000_events_once_in_thread_order(
+    dsn: str, pg_schema: str
+) -> None:
+    async def main() -> None:
+        store = await _open(dsn, pg_schema, setup=True)
+        sink = _CheckingSink()
+        sources = [await _open(dsn, pg_schema) for _ in range(3)]
+        relays = [
+            OutboxRelay(source, sink, relay_id=f"relay-{i}", batch_size=50, poll_interval=0.02)
+            for i, source in enumerate(sources)
+        ]
+        tasks = [asyncio.create_task(r.run()) for r in relays]
+        try:
+            # 30 threads x 20 turns x 5 events, committed by 3 writers while relays run.
+            await _write_concurrently(store, threads=30, turns=20, per_turn=5, writers=3)
+            deadline = time.monotonic() + 60
+            while (await store.outbox_stats()).pending:
+                assert time.monotonic() < deadline, await store.outbox_stats()
+                await asyncio.sleep(0.05)
+        finally:
+            for relay in relays:
+                relay.stop()
+            await asyncio.gather(*tasks)
+            for source in sources:
+                await source.close()
+        committed: dict[str, list[str]] = {}
+        for stored in await store.read_outbox(limit=10_000):
+            committed.setdefault(stored.event.thread_id, []).append(stored.event.id)
+        await store.close()
+        ids = [e.id for e in sink.events]
+        assert len(ids) == 3000 and len(set(ids)) == 3000  # no loss, never twice
+        assert sink.overlaps == 0
+        delivered: dict[str, list[str]] = {}
+        for event in sink.events:
+            delivered.setdefault(event.thread_id, []).append(event.id)
+        assert delivered == committed  # per-thread commit order
+        assert sum(r.stats.delivered for r in relays) == 3000
+
+    asyncio.run(main())
+
+
+def test_the_relay_command_delivers_a_postgres_outbox(
+    dsn: str, pg_schema: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async def seed() -> None:
+        store = await _open(dsn, pg_schema, setup=True)
+        await commit_events(store, "t1", "turn-1", 3)
+        await store.close()
+
+    asyncio.run(seed())
+    out = tmp_path / "events.jsonl"
+    store_url = f"{dsn}{'&' if '?' in dsn else '?'}schema={pg_schema}"
+    assert relay_main(["relay", "--store", store_url, "--sink", f"file://{out}", "--once"]) == 0
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [line["sequence"] for line in lines] == [0, 1, 2]
+    capsys.readouterr()
+    assert relay_main(["stats", "--store", store_url]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert (stats["pending"], stats["delivered"], stats["blocked_threads"]) == (0, 3, 0)
