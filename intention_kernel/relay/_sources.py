@@ -4,7 +4,7 @@ Stores register their scheme here (``register_source``), so the relay command wo
 store that implements ``OutboxSource`` without importing its driver up front. Built in:
 ``memory://`` (process-local and empty: only for trying the command out), ``sqlite:///path``
 (the SQLite adapter) and ``postgresql://...`` (the PostgreSQL adapter; ``?schema=name`` picks a
-schema other than the default). A store's driver is imported only when such a URL is opened.
+schema other than the default, ``?listen=1`` wakes the relay by ``LISTEN``). A store's driver is imported only when such a URL is opened.
 """
 
 from __future__ import annotations
@@ -52,16 +52,18 @@ async def _open_sqlite(url: str) -> AsyncIterator[OutboxSource]:
 
 @asynccontextmanager
 async def _open_postgres(url: str) -> AsyncIterator[OutboxSource]:
-    """The schema travels as a ``schema`` query parameter, removed before the URL reaches
-    asyncpg (which would send it to the server as a setting)."""
+    """``schema`` and ``listen`` travel as query parameters, removed before the URL reaches
+    asyncpg (which would send them to the server as settings)."""
     from ..durability.postgres import DEFAULT_SCHEMA, PostgresDurability
 
     parts = urlsplit(url)
     query = parse_qsl(parts.query, keep_blank_values=True)
-    schema = next((value for key, value in query if key == "schema"), DEFAULT_SCHEMA)
-    rest = urlencode([(key, value) for key, value in query if key != "schema"])
+    ours = dict(item for item in query if item[0] in ("schema", "listen"))
+    schema = ours.get("schema", DEFAULT_SCHEMA)
+    listen = ours.get("listen", "0").lower() in ("1", "true", "yes", "on")
+    rest = urlencode([(key, value) for key, value in query if key not in ours])
     dsn = urlunsplit(("postgresql", parts.netloc, parts.path, rest, parts.fragment))
-    store = await PostgresDurability.open(dsn, schema=schema, min_size=1, max_size=4)
+    store = await PostgresDurability.open(dsn, schema=schema, min_size=1, max_size=4, listen=listen)
     try:
         yield store
     finally:

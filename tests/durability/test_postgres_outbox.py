@@ -13,6 +13,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from intention_kernel.contracts.errors import ConfigurationError
 from intention_kernel.contracts.events import KernelEvent
 from intention_kernel.contracts.sinks import PublishOutcome
 from intention_kernel.durability.postgres import MIGRATIONS, PostgresDurability
@@ -232,7 +233,7 @@ def test_the_relay_command_delivers_a_postgres_outbox(
 
     asyncio.run(seed())
     out = tmp_path / "events.jsonl"
-    store_url = f"{dsn}{'&' if '?' in dsn else '?'}schema={pg_schema}"
+    store_url = f"{dsn}{'&' if '?' in dsn else '?'}schema={pg_schema}&listen=1"
     assert relay_main(["relay", "--store", store_url, "--sink", f"file://{out}", "--once"]) == 0
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     assert [line["sequence"] for line in lines] == [0, 1, 2]
@@ -240,3 +241,47 @@ def test_the_relay_command_delivers_a_postgres_outbox(
     assert relay_main(["stats", "--store", store_url]) == 0
     stats = json.loads(capsys.readouterr().out)
     assert (stats["pending"], stats["delivered"], stats["blocked_threads"]) == (0, 3, 0)
+
+
+def test_listen_wakes_a_waiting_relay_on_commit_and_is_off_by_default(
+    dsn: str, pg_schema: str
+) -> None:
+    async def main() -> None:
+        writer = await _open(dsn, pg_schema, setup=True)
+        plain = await _open(dsn, pg_schema)
+        listener = await PostgresDurability.open(dsn, schema=pg_schema, max_size=2, listen=True)
+        try:
+            assert not await writer.outbox_notify_enabled()
+            started = time.perf_counter()
+            await plain.wait_for_events(0.2)  # without listen: a plain sleep
+            assert time.perf_counter() - started >= 0.19
+            await listener.wait_for_events(0.01)  # consumes the wake-up given at start
+            await writer.set_outbox_notify(True)
+            assert await writer.outbox_notify_enabled()
+            waiting = asyncio.create_task(listener.wait_for_events(10))
+            await asyncio.sleep(0.05)
+            started = time.perf_counter()
+            await commit_events(writer, "t1", "turn-1", 1)
+            await asyncio.wait_for(waiting, 5)
+            assert time.perf_counter() - started < 2
+            await writer.set_outbox_notify(False)
+            assert not await writer.outbox_notify_enabled()
+        finally:
+            for store in (writer, plain, listener):
+                await store.close()
+
+    asyncio.run(main())
+
+
+def test_listen_needs_a_url(dsn: str, pg_schema: str) -> None:
+    async def main() -> None:
+        pool = await asyncpg.create_pool(dsn, min_size=0, max_size=1)
+        try:
+            store = await _open(dsn, pg_schema, setup=True)
+            await store.close()
+            with pytest.raises(ConfigurationError, match="listen"):
+                await PostgresDurability.open(pool, schema=pg_schema, listen=True)
+        finally:
+            await pool.close()
+
+    asyncio.run(main())

@@ -20,8 +20,10 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from intention_kernel.contracts.errors import ConfigurationError, ErrorCode
 from intention_kernel.durability.postgres import PostgresDurability
 from intention_kernel.testing.conformance import Provider, commit_simple, effect
+from intention_kernel.testing.outbox_conformance import commit_events
 from intention_kernel.testing.postgres import drop_schema, scratch_schema
 
 from . import kit
@@ -153,3 +155,29 @@ def test_hammered_thread_through_pgbouncer(bouncer: str, bounced_schema: str) ->
 @pytest.mark.usefixtures("through_bouncer")
 def test_kill_9_through_pgbouncer(bouncer: str, bounced_schema: str) -> None:
     kill_matrix(bouncer, bounced_schema)  # the same crash-point matrix, through the pooler
+
+
+def test_outbox_claims_work_and_listen_is_refused_through_pgbouncer(
+    bouncer: str, bounced_schema: str
+) -> None:
+    """Claims are single statements (fine through the pooler); LISTEN is session state the
+    pooler cannot keep, so ``listen=True`` is refused at open with a clear error."""
+
+    async def main() -> None:
+        store = await PostgresDurability.open(
+            bouncer, schema=bounced_schema, statement_cache_size=0, max_size=2
+        )
+        try:
+            await commit_events(store, "o", "turn-1", 3)
+            batch = await store.claim("relay-a", limit=10, lease=30)
+            assert [e.event.sequence for e in batch] == [0, 1, 2]
+            assert await store.mark_delivered("relay-a", [e.position for e in batch]) == 3
+        finally:
+            await store.close()
+        with pytest.raises(ConfigurationError, match="LISTEN") as refused:
+            await PostgresDurability.open(
+                bouncer, schema=bounced_schema, statement_cache_size=0, listen=True
+            )
+        assert refused.value.code == ErrorCode.INVALID_CONFIGURATION
+
+    asyncio.run(main())

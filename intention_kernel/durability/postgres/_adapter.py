@@ -40,7 +40,7 @@ from ..crashpoints import CrashPoint, crash_point
 from . import _schema
 from ._errors import retrying, translated
 from ._lease import Heartbeat, LeaseSettings, PgLease, new_owner
-from ._outbox import OutboxStatements, PostgresOutboxSource
+from ._outbox import OutboxStatements, PostgresOutboxNotifier, PostgresOutboxSource
 from ._reads import PostgresReads
 from ._sql import Statements
 
@@ -85,7 +85,9 @@ class _Opening:
             await self._store.close()
 
 
-class PostgresDurability(PostgresOutboxSource, PostgresReads, DurabilityEngine):
+class PostgresDurability(
+    PostgresOutboxSource, PostgresOutboxNotifier, PostgresReads, DurabilityEngine
+):
     """PostgreSQL durability: lease rows with fencing, one-statement commits.
 
     Open with ``PostgresDurability.open("postgresql://...")`` or ``open(pool)``; create the
@@ -132,11 +134,14 @@ class PostgresDurability(PostgresOutboxSource, PostgresReads, DurabilityEngine):
         max_size: int = 10,
         statement_cache_size: int = 100,
         application_name: str = APPLICATION_NAME,
+        listen: bool = False,
     ) -> _Opening:
         """Open from a ``postgresql://`` URL (owning a new pool) or an existing asyncpg pool.
 
         ``statement_cache_size=0`` turns prepared statements off for old transaction-mode
-        poolers (PgBouncer < 1.21 or without ``max_prepared_statements``).
+        poolers (PgBouncer < 1.21 or without ``max_prepared_statements``). ``listen=True``
+        (URL only) keeps one extra connection in ``LISTEN`` so relays wake on outbox commits
+        (see ``set_outbox_notify``); it is refused behind a transaction-mode pooler.
         """
 
         async def factory() -> PostgresDurability:
@@ -170,6 +175,13 @@ class PostgresDurability(PostgresOutboxSource, PostgresReads, DurabilityEngine):
                 if setup:
                     await store.setup()
                 await store.verify()
+                if listen:
+                    if not owns:
+                        raise ConfigurationError(
+                            "listen=True needs a postgresql:// URL (it opens its own connection)",
+                            context={"setting": "listen"},
+                        )
+                    await store._start_listener(target)
             except BaseException:
                 await store.close()
                 raise
@@ -548,5 +560,6 @@ class PostgresDurability(PostgresOutboxSource, PostgresReads, DurabilityEngine):
         return await retrying(transaction)
 
     async def _close(self) -> None:
+        await self._stop_listener()
         if self._owns_pool:
             await self._pool.close()

@@ -15,21 +15,38 @@ or failure); without that second check a skipped row would let a later row of it
 of order. Candidates are first filtered against the statement's snapshot (a thread is held
 back from its first row that is dead, live-claimed or backing off), so a held-back thread does
 not fill the batch with rows that would be dropped.
+
+Wake-up (optional, off by default): ``set_outbox_notify(True)`` installs a statement trigger
+that sends ``NOTIFY`` when a commit inserts outbox rows; a store opened with ``listen=True``
+keeps one dedicated connection (outside the pool) in ``LISTEN`` and ``wait_for_events`` returns
+early on a notification. Both are hints: relays keep polling, and a missed notification only
+costs one poll interval. ``LISTEN`` is refused behind a transaction-mode pooler (PgBouncer),
+detected by a notification that never comes back at start.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import secrets
+import zlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ...contracts.errors import InvalidInputError
+import asyncpg
+
+from ...contracts.errors import ConfigurationError, ErrorCode, InvalidInputError
 from ...contracts.events import KernelEvent, StoredEvent
 from ...contracts.outbox import OutboxStats
 from .._documents import decode_model
 
-__all__ = ["OutboxStatements", "PostgresOutboxSource"]
+__all__ = ["OutboxStatements", "PostgresOutboxNotifier", "PostgresOutboxSource", "notify_channel"]
+
+log = logging.getLogger("intention_kernel.postgres")
 
 _MAX_ERROR = 2000
+_PROBE_TIMEOUT = 2.0
+_RECONNECT_EVERY = 5.0
 _RETURNING = "position, event, delivered_at, attempts, last_error, dead"
 # An init-plan: evaluated once per statement, transaction-local (works behind a pooler).
 _SYNC_ON = "(SELECT set_config('synchronous_commit', 'on', true)) IS NOT NULL"
@@ -50,6 +67,11 @@ def _positions(positions: Sequence[int]) -> list[int]:
     return [p for p in positions if isinstance(p, int) and not isinstance(p, bool)]
 
 
+def notify_channel(schema: str) -> str:
+    """A short channel name per schema (channel names are limited to 63 bytes)."""
+    return f"ik_outbox_{zlib.crc32(schema.encode()):08x}"
+
+
 def stored_event(row: Any) -> StoredEvent:
     """A ``StoredEvent`` with its delivery state from a row of ``_RETURNING`` columns."""
     return StoredEvent(
@@ -68,7 +90,30 @@ class OutboxStatements:
     """The outbox statements of one schema, rendered once."""
 
     def __init__(self, schema: str) -> None:
-        s = f'"{schema}".outbox'
+        q, channel = f'"{schema}"', notify_channel(schema)
+        s = f"{q}.outbox"
+        # The transition table skips turns that committed no event (a statement trigger fires
+        # even when the INSERT wrote no row).
+        self.notify_on = f"""
+CREATE OR REPLACE FUNCTION {q}.outbox_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM inserted) THEN
+        PERFORM pg_notify('{channel}', '');
+    END IF;
+    RETURN NULL;
+END $$;
+DROP TRIGGER IF EXISTS outbox_notify ON {s};
+CREATE TRIGGER outbox_notify AFTER INSERT ON {s}
+    REFERENCING NEW TABLE AS inserted FOR EACH STATEMENT EXECUTE FUNCTION {q}.outbox_notify();
+"""
+        self.notify_off = f"""
+DROP TRIGGER IF EXISTS outbox_notify ON {s};
+DROP FUNCTION IF EXISTS {q}.outbox_notify();
+"""
+        self.notify_state = (
+            "SELECT EXISTS (SELECT 1 FROM pg_trigger"
+            f" WHERE tgrelid = to_regclass('{q}.outbox') AND tgname = 'outbox_notify')"
+        )
         # $1 relay id, $2 limit, $3 lease seconds.
         self.claim = f"""
 WITH candidates AS (
@@ -146,6 +191,8 @@ class PostgresOutboxSource:
 
     if TYPE_CHECKING:
         _outbox_sql: OutboxStatements
+        _pool: Any
+        schema: str
 
         async def _fetchrow(self, sql: str, *args: Any) -> Any: ...
 
@@ -237,3 +284,108 @@ class PostgresOutboxSource:
             oldest_pending_age=None if age is None else max(0.0, float(age)),
             blocked_threads=row["blocked_threads"],
         )
+
+
+class PostgresOutboxNotifier:
+    """``OutboxNotifier``: the optional ``LISTEN`` wake-up; mixed into ``PostgresDurability``."""
+
+    if TYPE_CHECKING:
+        _outbox_sql: OutboxStatements
+        _pool: Any
+        schema: str
+
+        async def _execute(self, sql: str, *args: Any, deadline: float | None = None) -> None: ...
+
+        async def _fetchrow(self, sql: str, *args: Any) -> Any: ...
+
+    _listen_dsn: str | None = None
+    _listener: Any = None
+    _notified: asyncio.Event | None = None
+    _reconnect_at: float = 0.0
+
+    async def set_outbox_notify(self, enabled: bool) -> None:
+        """Install (or drop) the trigger that NOTIFYs listening relays when a commit inserts
+        outbox events. It adds work to every commit that writes events (see
+        ``docs/postgres.md`` for the measured cost), so it is off unless turned on here."""
+        sql = self._outbox_sql.notify_on if enabled else self._outbox_sql.notify_off
+        await self._execute(sql)
+
+    async def outbox_notify_enabled(self) -> bool:
+        row = await self._fetchrow(self._outbox_sql.notify_state)
+        return bool(row[0])
+
+    async def _start_listener(self, dsn: str) -> None:
+        """Open the dedicated LISTEN connection and check that a notification comes back; a
+        transaction-mode pooler would lose it, so such a setup is refused at start."""
+        self._listen_dsn = dsn
+        if not await self._open_listener():
+            raise ConfigurationError(
+                "LISTEN does not work through this connection (a transaction-mode pooler such"
+                " as PgBouncer?): open without listen=True, relays then poll",
+                code=ErrorCode.INVALID_CONFIGURATION,
+                context={"setting": "listen"},
+            )
+
+    async def _open_listener(self) -> bool:
+        """Connect, LISTEN, and send a probe through the pool; False if it never arrives."""
+        assert self._listen_dsn is not None
+        channel = notify_channel(self.schema)
+        event = asyncio.Event()
+        token = f"probe-{secrets.token_hex(8)}"
+        probe = asyncio.Event()
+
+        def heard(conn: Any, pid: int, name: str, payload: str) -> None:
+            if payload == token:
+                probe.set()
+            else:
+                event.set()
+
+        conn = await asyncpg.connect(self._listen_dsn, statement_cache_size=0, timeout=5)
+        try:
+            await conn.add_listener(channel, heard)
+            await self._execute("SELECT pg_notify($1, $2)", channel, token)
+            await asyncio.wait_for(probe.wait(), _PROBE_TIMEOUT)
+        except TimeoutError:
+            await conn.close()
+            return False
+        except BaseException:
+            await conn.close()
+            raise
+        event.set()  # events may have committed while no connection listened
+        self._listener, self._notified = conn, event
+        return True
+
+    async def wait_for_events(self, max_wait: float) -> None:
+        """Return on a notification (or one that came while the relay was busy) or after
+        ``max_wait`` seconds. Without ``listen=True``, or while the LISTEN connection is down,
+        this is a plain sleep: relays poll."""
+        if self._listen_dsn is None:
+            await asyncio.sleep(max_wait)
+            return
+        loop = asyncio.get_running_loop()
+        if (self._listener is None or self._listener.is_closed()) and loop.time() >= (
+            self._reconnect_at
+        ):
+            self._reconnect_at = loop.time() + _RECONNECT_EVERY
+            await self._stop_listener(keep_dsn=True)
+            try:
+                await self._open_listener()
+            except Exception as exc:  # keep polling; try again later
+                log.warning("outbox LISTEN connection not reopened: %r", exc)
+        event = self._notified
+        if event is None or self._listener is None or self._listener.is_closed():
+            await asyncio.sleep(max_wait)
+            return
+        if not event.is_set():
+            try:
+                await asyncio.wait_for(event.wait(), max_wait)
+            except TimeoutError:
+                return
+        event.clear()
+
+    async def _stop_listener(self, *, keep_dsn: bool = False) -> None:
+        conn, self._listener, self._notified = self._listener, None, None
+        if not keep_dsn:
+            self._listen_dsn = None
+        if conn is not None and not conn.is_closed():
+            await conn.close()
