@@ -4,7 +4,8 @@ Stores register their scheme here (``register_source``), so the relay command wo
 store that implements ``OutboxSource`` without importing its driver up front. Built in:
 ``memory://`` (process-local and empty: only for trying the command out), ``sqlite:///path``
 (the SQLite adapter) and ``postgresql://...`` (the PostgreSQL adapter; ``?schema=name`` picks a
-schema other than the default, ``?listen=1`` wakes the relay by ``LISTEN``). A store's driver is imported only when such a URL is opened.
+schema other than the default, ``?listen=1`` wakes the relay by ``LISTEN``). A store's driver
+is imported only when such a URL is opened.
 """
 
 from __future__ import annotations
