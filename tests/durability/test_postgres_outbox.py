@@ -285,3 +285,42 @@ def test_listen_needs_a_url(dsn: str, pg_schema: str) -> None:
             await pool.close()
 
     asyncio.run(main())
+
+
+def test_claim_stays_cheap_with_100k_delivered_rows(dsn: str, pg_schema: str) -> None:
+    """Claims and stats read the partial indexes, not the delivered history."""
+
+    async def main() -> None:
+        store = await _open(dsn, pg_schema, setup=True)
+        conn = await asyncpg.connect(dsn)
+        try:
+            await commit_events(store, "t-old", "turn-0", 1)
+            await conn.execute(
+                f'INSERT INTO "{pg_schema}".outbox'
+                " (thread_id, turn_id, sequence, event, delivered_at)"
+                " SELECT thread_id, 'turn-' || n, 0, event, now() - interval '1 day'"
+                f' FROM "{pg_schema}".outbox, generate_series(1, 100000) AS n'
+            )
+            await conn.execute(f'ANALYZE "{pg_schema}".outbox')
+            plan = "\n".join(
+                r[0]
+                for r in await conn.fetch(
+                    f"EXPLAIN {store._outbox_sql.claim}", "relay-a", 100, 30.0
+                )
+            )
+            assert "Seq Scan" not in plan, plan
+            await commit_events(store, "t-new", "turn-1", 1)
+            started = time.perf_counter()
+            for _ in range(20):
+                batch = await store.claim("relay-a", limit=100, lease=30)
+                await store.release("relay-a", [e.position for e in batch])
+            elapsed = (time.perf_counter() - started) / 20
+            assert [e.event.thread_id for e in batch] == ["t-old", "t-new"]
+            stats = await store.outbox_stats()
+            assert (stats.pending, stats.delivered) == (2, 100_000)
+            assert elapsed < 0.05, elapsed
+        finally:
+            await conn.close()
+            await store.close()
+
+    asyncio.run(main())
