@@ -42,6 +42,7 @@ from .._ledger import EffectStart, reconcile_receipt, start_effect
 from .._listing import check_limit
 from ..crashpoints import CrashPoint, crash_point
 from ._connection import Connection
+from ._inspect import SQLiteInspection
 from ._lease import LockFiles
 from ._location import check_local, parse_location
 
@@ -118,7 +119,7 @@ def _read_receipt(
     return decode_model(EffectReceipt, row[0], what="receipt", thread_id=thread_id)
 
 
-class SQLiteDurability(DurabilityEngine):
+class SQLiteDurability(SQLiteInspection, DurabilityEngine):
     """Durable turns in one SQLite file, shared safely by the processes of one machine.
 
     ``location`` is a path or a ``sqlite:///`` URL (``sqlite:////abs/path.db``). ``lock_dir``

@@ -1,0 +1,34 @@
+"""``demo`` and ``outbox ...``: commands that live in other modules, mounted here."""
+
+from __future__ import annotations
+
+import asyncio
+
+import typer
+
+__all__ = ["register"]
+
+_PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []}
+
+
+def register(app: typer.Typer) -> None:
+    app.command("demo")(demo)
+    app.command("outbox", context_settings=_PASS_THROUGH, add_help_option=False)(outbox)
+
+
+def demo() -> None:
+    """Run the two-minute tour of the durability contract (in memory)."""
+    from ..demo import main
+
+    asyncio.run(main())
+
+
+def outbox(ctx: typer.Context) -> None:
+    """Outbox relay commands: relay, check-sink, stats, dead, requeue, prune (see --help)."""
+    from ..relay.cli import relay_main
+
+    try:
+        code = relay_main(list(ctx.args))
+    except SystemExit as exc:  # argparse: usage errors exit 2, --help exits 0
+        code = exc.code if isinstance(exc.code, int) else 2
+    raise typer.Exit(code)
