@@ -161,8 +161,8 @@ def diagnose(
     def human() -> None:
         state = "BLOCKED" if data["blocked"] else "not blocked"
         out.print(f"thread {thread_id}: {state}", markup=False)
-        if not data["findings"]:
-            out.print("  nothing is waiting: the next turn can run")
+        if not data["blocked"]:
+            out.print("  nothing blocks the next turn")
         for f in data["findings"]:
             out.print(f"- {f['kind']}: {f['detail']}", markup=False)
             out.print(f"  resolve: {f['resolve']}", markup=False)

@@ -123,9 +123,7 @@ def reconcile(
         str | None, typer.Option("--value", help="The provider's result, as JSON.")
     ] = None,
     note: Annotated[str, typer.Option("--note", help="Evidence: what you checked.")] = "",
-    actor: Annotated[
-        str, typer.Option("--actor", help="Who decided (audit log).")
-    ] = "",
+    actor: Annotated[str, typer.Option("--actor", help="Who decided (audit log).")] = "",
     as_json: JsonOpt = False,
 ) -> None:
     """Resolve an uncertain receipt; recorded in the audit log (``receipts --history``)."""
