@@ -131,7 +131,7 @@ def prune(
     async def body() -> Any:
         cutoff = datetime.now(UTC) - parse_duration(older_than)
         async with open_store(store) as opened:
-            return await inspector(opened).prune(older_than=cutoff, dry_run=dry_run)
+            return await inspector(opened).prune_records(older_than=cutoff, dry_run=dry_run)
 
     report = run(as_json, body)
 

@@ -1,8 +1,9 @@
 """``StoreInspector``: the operator's read and retention queries, apart from ``DurabilityStore``.
 
-Why a separate protocol: the turn boundary must stay small enough for any adapter to get right;
+Why a separate protocol (named apart from ``OutboxSource.prune``, which drops delivered events
+only): the turn boundary must stay small enough for any adapter to get right;
 listing threads, counting, pruning and lease probing are operator work that a store may offer
-on top. ``prune`` never removes a live obligation: an uncertain or prepared receipt (and the
+on top. ``prune_records`` never removes a live obligation: an uncertain or prepared receipt (and the
 turn that made it), a thread's latest checkpoint (the turn that holds it, with its pending
 interaction and agenda), or an undelivered or dead outbox event.
 """
@@ -75,7 +76,7 @@ class LeaseInfo:
 
 @dataclass(slots=True)
 class PruneReport:
-    """What ``prune`` removed (or would remove, in a dry run) and what it kept on purpose."""
+    """What ``prune_records`` removed (or would, in a dry run) and what it kept on purpose."""
 
     cutoff: datetime
     dry_run: bool
@@ -109,7 +110,7 @@ class StoreInspector(Protocol):
         """Probe the lease without waiting for it and without disturbing a holder."""
         ...
 
-    async def prune(self, *, older_than: datetime, dry_run: bool = False) -> PruneReport:
+    async def prune_records(self, *, older_than: datetime, dry_run: bool = False) -> PruneReport:
         """Remove turn records committed and events delivered before ``older_than``, keeping
         every live obligation (see the module docstring)."""
         ...

@@ -34,7 +34,7 @@ def test_missing_extra_prints_an_install_hint(
     assert "pip install 'intention-kernel[cli]'" in capsys.readouterr().err
 
 
-def test_console_script_and_usage_errors(tmp_path: object) -> None:
+def test_console_script_and_usage_errors() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "intention_kernel.cli", "status", "--store", "/nonexistent/x.db"],
         capture_output=True,

@@ -80,7 +80,7 @@ async def _prune(path: Path, dry_run: bool) -> tuple[list[tuple[str, str]], list
     store = await SQLiteDurability.open(path)
     try:
         cutoff = datetime.now(UTC) - timedelta(days=30)
-        report = await store.prune(older_than=cutoff, dry_run=dry_run)
+        report = await store.prune_records(older_than=cutoff, dry_run=dry_run)
         return sorted(report.turns), sorted(report.events)
     finally:
         await store.close()

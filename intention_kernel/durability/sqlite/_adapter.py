@@ -119,7 +119,7 @@ def _read_receipt(
     return decode_model(EffectReceipt, row[0], what="receipt", thread_id=thread_id)
 
 
-class SQLiteDurability(SQLiteInspection, DurabilityEngine):
+class SQLiteDurability(DurabilityEngine, SQLiteInspection):
     """Durable turns in one SQLite file, shared safely by the processes of one machine.
 
     ``location`` is a path or a ``sqlite:///`` URL (``sqlite:////abs/path.db``). ``lock_dir``

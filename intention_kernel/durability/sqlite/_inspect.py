@@ -179,7 +179,7 @@ class SQLiteInspection:
             mechanism=f"flock on {path} (released when the holding process exits)",
         )
 
-    async def prune(self, *, older_than: datetime, dry_run: bool = False) -> PruneReport:
+    async def prune_records(self, *, older_than: datetime, dry_run: bool = False) -> PruneReport:
         if older_than.tzinfo is None:
             raise InvalidInputError("older_than must be timezone-aware")
         self._check_open()
