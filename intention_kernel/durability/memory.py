@@ -11,6 +11,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from pydantic import JsonValue
 
@@ -32,6 +33,7 @@ from ._documents import decode_model, encode_model
 from ._engine import DurabilityEngine, Lease, StoredTurn
 from ._ledger import EffectStart, reconcile_receipt, start_effect
 from ._listing import check_limit
+from ._memory_inspect import MemoryInspection
 from ._memory_outbox import Delivery, MemoryOutboxSource
 from .crashpoints import CrashPoint, crash_point
 
@@ -58,9 +60,10 @@ class MemoryStore:
     relay_floor: int = 1  # every position below is delivered, dead or pruned
     reconciliations: list[str] = field(default_factory=list)
     locks: dict[str, asyncio.Lock] = field(default_factory=dict)
+    committed_at: dict[tuple[str, str], datetime] = field(default_factory=dict)
 
 
-class MemoryDurability(DurabilityEngine, MemoryOutboxSource):
+class MemoryDurability(DurabilityEngine, MemoryOutboxSource, MemoryInspection):
     """In-process durability for tests. Implements every rule of the contract in one process,
     and ``OutboxSource`` for the relay."""
 
@@ -168,6 +171,7 @@ class MemoryDurability(DurabilityEngine, MemoryOutboxSource):
         # Everything above can fail; nothing below can, so the commit is all or nothing.
         revision = result.checkpoint.revision
         self.store.turns[(thread_id, turn_id)] = _Turn(fingerprint, result_json, revision)
+        self.store.committed_at[(thread_id, turn_id)] = self._now()
         self.store.heads[thread_id] = (revision, turn_id)
         self.store.outbox.extend(events_json)
 

@@ -1,0 +1,62 @@
+"""``StoreInspector`` on the memory and SQLite stores: listing, status, lease, retention."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from intention_kernel.contracts.errors import InvalidInputError
+from intention_kernel.contracts.inspect import StoreInspector
+from intention_kernel.durability.memory import MemoryDurability
+from intention_kernel.durability.sqlite import SQLiteDurability
+from tests.cli.support import Provider, commit_turn, uncertain_turn
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[object]:
+    opened: MemoryDurability | SQLiteDurability
+    if request.param == "memory":
+        opened = MemoryDurability()
+    else:
+        opened = await SQLiteDurability.open(tmp_path / "s.db")
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+async def test_inspector_queries(store: MemoryDurability | SQLiteDurability) -> None:
+    assert isinstance(store, StoreInspector)
+    provider = Provider()
+    await commit_turn(store, "a", "1")
+    await commit_turn(store, "a", "2", interaction=True)
+    await commit_turn(store, "b", "1", fingerprint="agent@2", events=2)
+    await uncertain_turn(store, "c", "1", "k", provider)
+    rows = await store.list_threads()
+    assert [(r.thread_id, r.revision, r.turns) for r in rows] == [
+        ("a", 2, 2),
+        ("b", 1, 1),
+        ("c", 0, 0),
+    ]
+    assert rows[1].fingerprint == "agent@2" and rows[2].uncertain_receipts == 1
+    assert [r.thread_id for r in await store.list_threads(after="a", limit=1)] == ["b"]
+    assert [r.thread_id for r in await store.list_threads(prefix="c")] == ["c"]
+    status = await store.store_status()
+    assert (status.threads, status.turns, status.uncertain_receipts) == (3, 3, 1)
+    assert status.undelivered_events == 4 and status.dead_events == 0
+    lease = await store.lease_info("a")
+    assert not lease.held and lease.epoch == 2
+    async with store.turn("a", "3"):
+        assert (await store.lease_info("a")).held
+    future = datetime.now(UTC) + timedelta(days=1)
+    report = await store.prune_records(older_than=future, dry_run=True)
+    assert report.turns == [("a", "1")] and report.kept_turns == 2
+    report = await store.prune_records(older_than=future)
+    assert await store.get_turn("a", "1") is None
+    assert (await store.load_checkpoint("a")) is not None
+    assert (await store.store_status()).turns == 2
+    with pytest.raises(InvalidInputError):
+        await store.prune_records(older_than=datetime(2020, 1, 1))
