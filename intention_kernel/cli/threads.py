@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any
 
 import typer
@@ -205,7 +206,8 @@ def turns(
     def human() -> None:
         table = Table("revision", "turn", "input", "response")
         for t in data["turns"]:
-            table.add_row(str(t["revision"]), t["turn_id"], t["input"] or "-", str(t["response"]))
+            response = json.dumps(t["response"], ensure_ascii=False)
+            table.add_row(str(t["revision"]), t["turn_id"], t["input"] or "-", response)
         out.print(table)
 
     emit(as_json, data, human)
