@@ -1,0 +1,558 @@
+"""``PostgresDurability``: the durability contract on PostgreSQL, for many workers on many
+machines. Built on asyncpg; every statement is one short transaction (see ``_sql``)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+from collections.abc import AsyncIterator, Callable, Coroutine, Generator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+from pydantic import JsonValue
+
+from ...contracts.checkpoint import KernelCheckpoint
+from ...contracts.codec import DEFAULT_LIMITS, JsonLimits
+from ...contracts.errors import (
+    ConfigurationError,
+    DurabilityError,
+    ErrorCode,
+    LeaseLostError,
+    TurnConflictError,
+)
+from ...contracts.events import KernelEvent
+from ...contracts.ids import new_id
+from ...contracts.receipts import (
+    EffectIdentity,
+    EffectReceipt,
+    ReceiptStatus,
+    ReconcileOutcome,
+    ReconciliationRecord,
+)
+from ...contracts.turns import DurableTurnResult
+from .. import _turns
+from .._documents import decode_model, encode_model
+from .._engine import DurabilityEngine, Lease, StoredTurn
+from .._ledger import EffectStart, reconcile_receipt, start_effect
+from ..crashpoints import CrashPoint, crash_point
+from . import _schema
+from ._errors import retrying, translated
+from ._lease import Heartbeat, LeaseSettings, PgLease, new_owner
+from ._reads import PostgresReads
+from ._sql import Statements
+
+__all__ = ["PostgresDurability"]
+
+log = logging.getLogger("intention_kernel.postgres")
+
+APPLICATION_NAME = "intention_kernel"
+
+
+@dataclass(slots=True)
+class _Acquired:
+    """What one acquire statement returned, kept for ``_lease``/``_load`` of the same turn."""
+
+    turn_id: str
+    lease: PgLease | None
+    trusted: bool
+    row: Any
+
+
+async def _keep_session(conn: Any) -> None:
+    """Pool reset hook: the adapter sets no session state (every setting is transaction-local),
+    so asyncpg's default reset query - one more round trip per statement - is skipped."""
+
+
+class _Opening:
+    """``await PostgresDurability.open(...)`` or ``async with PostgresDurability.open(...)``."""
+
+    def __init__(self, factory: Callable[[], Coroutine[Any, Any, PostgresDurability]]) -> None:
+        self._factory = factory
+        self._store: PostgresDurability | None = None
+
+    def __await__(self) -> Generator[Any, None, PostgresDurability]:
+        return self._factory().__await__()
+
+    async def __aenter__(self) -> PostgresDurability:
+        self._store = await self._factory()
+        return self._store
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._store is not None:
+            await self._store.close()
+
+
+class PostgresDurability(PostgresReads, DurabilityEngine):
+    """PostgreSQL durability: lease rows with fencing, one-statement commits.
+
+    Open with ``PostgresDurability.open("postgresql://...")`` or ``open(pool)``; create the
+    tables with ``setup()`` (or ``open(..., setup=True)``); ``open`` verifies the schema.
+    """
+
+    def __init__(
+        self,
+        pool: Any,
+        *,
+        schema: str = _schema.DEFAULT_SCHEMA,
+        owns_pool: bool = False,
+        lock_timeout: float = 30.0,
+        lease_ttl: float = 10.0,
+        heartbeat_interval: float | None = None,
+        json_limits: JsonLimits = DEFAULT_LIMITS,
+    ) -> None:
+        super().__init__(lock_timeout=lock_timeout, json_limits=json_limits)
+        self.schema = _schema.check_schema_name(schema)
+        self.lease_settings = LeaseSettings(lease_ttl, heartbeat_interval)
+        self._pool = pool
+        self._owns_pool = owns_pool
+        # Test-only planted bug for fault tests: writes do not check the lease epoch.
+        self._fencing = os.environ.get("IK_PLANTED_BUG") != "no_fencing"
+        self._sql = Statements.render(self.schema, fencing=self._fencing)
+        self._acquired: dict[tuple[str, int], _Acquired] = {}
+        self.server_synchronous_commit: str | None = None
+
+    # ---------------------------------------------------------------- opening
+
+    @classmethod
+    def open(
+        cls,
+        target: str | Any,
+        *,
+        schema: str = _schema.DEFAULT_SCHEMA,
+        setup: bool = False,
+        lock_timeout: float = 30.0,
+        lease_ttl: float = 10.0,
+        heartbeat_interval: float | None = None,
+        json_limits: JsonLimits = DEFAULT_LIMITS,
+        min_size: int = 1,
+        max_size: int = 10,
+        statement_cache_size: int = 100,
+        application_name: str = APPLICATION_NAME,
+    ) -> _Opening:
+        """Open from a ``postgresql://`` URL (owning a new pool) or an existing asyncpg pool.
+
+        ``statement_cache_size=0`` turns prepared statements off for old transaction-mode
+        poolers (PgBouncer < 1.21 or without ``max_prepared_statements``).
+        """
+
+        async def factory() -> PostgresDurability:
+            owns = isinstance(target, str)
+            if owns:
+                if not target.startswith(("postgresql://", "postgres://")):
+                    raise ConfigurationError(
+                        "the URL must start with postgresql://", context={"setting": "url"}
+                    )
+                with translated():
+                    pool = await asyncpg.create_pool(
+                        target,
+                        min_size=min_size,
+                        max_size=max_size,
+                        statement_cache_size=statement_cache_size,
+                        server_settings={"application_name": application_name},
+                        reset=_keep_session,
+                    )
+            else:
+                pool = target
+            store = cls(
+                pool,
+                schema=schema,
+                owns_pool=owns,
+                lock_timeout=lock_timeout,
+                lease_ttl=lease_ttl,
+                heartbeat_interval=heartbeat_interval,
+                json_limits=json_limits,
+            )
+            try:
+                if setup:
+                    await store.setup()
+                await store.verify()
+            except BaseException:
+                await store.close()
+                raise
+            return store
+
+        return _Opening(factory)
+
+    async def setup(self) -> int:
+        """Create or upgrade the tables (idempotent, serialized across processes)."""
+        with translated():
+            async with self._pool.acquire() as conn:
+                return await _schema.migrate(conn, self.schema)
+
+    migrate = setup
+
+    async def verify(self) -> int:
+        """Refuse a missing or newer schema; note a server ``synchronous_commit`` default."""
+        with translated():
+            async with self._pool.acquire() as conn:
+                version = await _schema.verify(conn, self.schema)
+                self.server_synchronous_commit = await conn.fetchval("SHOW synchronous_commit")
+        if self.server_synchronous_commit in ("off", "local"):
+            log.warning(
+                "server synchronous_commit=%s: intention-kernel forces 'on' for its ledger "
+                "writes and commits, but other writers on this server are not durable",
+                self.server_synchronous_commit,
+            )
+        return version
+
+    async def revoke_lease(self, thread_id: str) -> None:
+        """Test helper: act as a new holder taking the thread over (bumps the epoch)."""
+        await self._execute(self._sql.revoke, thread_id)
+
+    # ---------------------------------------------------------------- statements
+
+    async def _fetchrow(self, sql: str, *args: Any) -> Any:
+        return await retrying(lambda: self._pool.fetchrow(sql, *args))
+
+    async def _fetch(self, sql: str, *args: Any) -> list[Any]:
+        rows: list[Any] = await retrying(lambda: self._pool.fetch(sql, *args))
+        return rows
+
+    async def _execute(self, sql: str, *args: Any, deadline: float | None = None) -> None:
+        await retrying(lambda: self._pool.execute(sql, *args, timeout=deadline))
+
+    # ---------------------------------------------------------------- lease
+
+    def _key(self, thread_id: str) -> tuple[str, int]:
+        return thread_id, id(asyncio.current_task())
+
+    async def _try_acquire(
+        self, thread_id: str, turn_id: str, *, skip_committed: bool
+    ) -> _Acquired:
+        owner = new_owner()
+        row = await self._fetchrow(
+            self._sql.acquire,
+            thread_id,
+            turn_id,
+            owner,
+            self.lease_settings.ttl,
+            skip_committed,
+        )
+        lease = None if row["epoch"] is None else PgLease(thread_id, row["epoch"], owner)
+        # The preloaded checkpoint is current only if the previous holder had released the
+        # lease before this statement's snapshot (it committed before releasing).
+        trusted = lease is not None and (
+            (row["seen_rows"] == 0 and lease.epoch == 1) or row["released_epoch"] == lease.epoch - 1
+        )
+        return _Acquired(turn_id, lease, trusted, row)
+
+    async def _find_turn(self, thread_id: str, turn_id: str) -> StoredTurn | None:
+        """One statement: the committed turn (replay, no lease) or the lease and the
+        checkpoint for a new turn."""
+        acquired = await self._try_acquire(thread_id, turn_id, skip_committed=True)
+        prior = self._stored_turn(acquired.row, thread_id, turn_id)
+        if prior is not None:
+            return prior
+        self._acquired[self._key(thread_id)] = acquired
+        return None
+
+    async def _wait_for_lease(self, thread_id: str, turn_id: str) -> _Acquired:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.lock_timeout
+        delay = 0.005
+        while True:
+            acquired = await self._try_acquire(thread_id, turn_id, skip_committed=False)
+            if acquired.lease is not None:
+                return acquired
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise DurabilityError(
+                    "timed out waiting for the thread lease",
+                    code=ErrorCode.LOCK_TIMEOUT,
+                    retryable=True,
+                    context={"thread_id": thread_id, "timeout": self.lock_timeout},
+                )
+            await asyncio.sleep(min(remaining, random.uniform(delay / 2, delay)))
+            delay = min(delay * 2, 0.25)
+
+    @asynccontextmanager
+    async def _lease(self, thread_id: str) -> AsyncIterator[Lease]:
+        key = self._key(thread_id)
+        acquired = self._acquired.pop(key, None)
+        if acquired is None or acquired.lease is None:
+            turn_id = "" if acquired is None else acquired.turn_id
+            acquired = await self._wait_for_lease(thread_id, turn_id)
+        lease = acquired.lease
+        assert lease is not None
+        if acquired.trusted:
+            self._acquired[key] = acquired
+        task = asyncio.current_task()
+        assert task is not None
+        heartbeat = Heartbeat(
+            lambda: self._renew(lease),
+            self.lease_settings,
+            task,
+            detect_loss=self._fencing,
+        )
+        heartbeat.start()
+        try:
+            yield lease
+        except asyncio.CancelledError as exc:
+            if heartbeat.lost:
+                task.uncancel()
+                raise LeaseLostError(
+                    "the thread lease was lost while the turn ran; the turn was cancelled",
+                    context={"thread_id": thread_id, "epoch": lease.epoch},
+                ) from exc
+            raise
+        finally:
+            self._acquired.pop(key, None)
+            await heartbeat.stop()
+            if heartbeat.lost and task.cancelling():
+                task.uncancel()
+            try:
+                await asyncio.shield(self._release(lease))
+            except Exception as exc:  # the lease then simply expires after its TTL
+                log.debug("lease release failed: %r", exc)
+
+    async def _renew(self, lease: PgLease) -> bool:
+        row = await self._fetchrow(
+            self._sql.renew, lease.thread_id, lease.epoch, lease.owner, self.lease_settings.ttl
+        )
+        return row is not None
+
+    async def _release(self, lease: PgLease) -> None:
+        # Bounded: if the row is busy, the lease simply expires after its TTL.
+        await self._execute(
+            self._sql.release,
+            lease.thread_id,
+            lease.epoch,
+            lease.owner,
+            deadline=min(self.lease_settings.ttl, 5.0),
+        )
+
+    # ---------------------------------------------------------------- turns
+
+    def _stored_turn(self, row: Any, thread_id: str, turn_id: str) -> StoredTurn | None:
+        if row is None or row["prior_result"] is None:
+            return None
+        result = decode_model(
+            DurableTurnResult,
+            row["prior_result"],
+            what="turn result",
+            thread_id=thread_id,
+            turn_id=turn_id,
+        )
+        return StoredTurn(result, row["prior_fingerprint"])
+
+    def _head(self, row: Any, thread_id: str) -> KernelCheckpoint | None:
+        if row is None or row["head_result"] is None:
+            return None
+        result = decode_model(
+            DurableTurnResult, row["head_result"], what="checkpoint", thread_id=thread_id
+        )
+        return result.checkpoint
+
+    async def _load(
+        self, lease: Lease, turn_id: str
+    ) -> tuple[StoredTurn | None, KernelCheckpoint | None]:
+        acquired = self._acquired.pop(self._key(lease.thread_id), None)
+        if (
+            acquired is not None
+            and acquired.lease is lease
+            and acquired.trusted
+            and acquired.turn_id == turn_id
+        ):
+            row = acquired.row
+        else:
+            row = await self._fetchrow(self._sql.load, lease.thread_id, turn_id)
+        return self._stored_turn(row, lease.thread_id, turn_id), self._head(row, lease.thread_id)
+
+    async def _commit(
+        self,
+        lease: Lease,
+        *,
+        result: DurableTurnResult,
+        result_json: str,
+        events: list[KernelEvent],
+        events_json: list[str],
+        fingerprint: str | None,
+        loaded_revision: int,
+    ) -> None:
+        assert isinstance(lease, PgLease)
+        thread_id, turn_id = result.thread_id, result.turn_id
+        # The commit is one statement and so its own transaction: this is its last moment
+        # before COMMIT (a crash here commits nothing).
+        crash_point(CrashPoint.INSIDE_COMMIT, thread_id=thread_id, turn_id=turn_id)
+        try:
+            row = await self._fetchrow(
+                self._sql.commit,
+                thread_id,
+                lease.epoch,
+                lease.owner,
+                turn_id,
+                result.checkpoint.revision,
+                loaded_revision,
+                fingerprint,
+                result_json,
+                [e.sequence for e in events],
+                events_json,
+            )
+        except DurabilityError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, asyncpg.UniqueViolationError):
+                if cause.constraint_name == "turns_pkey":
+                    raise _turns.already_committed(thread_id, turn_id) from cause
+                raise TurnConflictError(
+                    "another turn committed this revision",
+                    code=ErrorCode.CHECKPOINT_REVISION_CONFLICT,
+                    context={"thread_id": thread_id, "loaded_revision": loaded_revision},
+                ) from cause
+            raise
+        if not row["fenced"]:
+            raise LeaseLostError(
+                context={"thread_id": thread_id, "epoch": lease.epoch, "turn_id": turn_id}
+            )
+        if not row["moved"]:
+            _turns.check_revision(loaded_revision, row["stored_revision"] or 0, thread_id=thread_id)
+            raise TurnConflictError(  # pragma: no cover - the check above always raises
+                code=ErrorCode.CHECKPOINT_REVISION_CONFLICT, context={"thread_id": thread_id}
+            )
+
+    # ---------------------------------------------------------------- effects
+
+    async def _begin_effect(
+        self, lease: Lease, turn_id: str, identity: EffectIdentity
+    ) -> EffectStart:
+        assert isinstance(lease, PgLease)
+        thread_id, key = lease.thread_id, identity.idempotency_key
+        for _ in range(5):
+            row = await self._fetchrow(
+                self._sql.read_receipt, thread_id, lease.epoch, lease.owner, key
+            )
+            if not row["fenced"]:
+                raise LeaseLostError(context={"thread_id": thread_id, "epoch": lease.epoch})
+            existing = (
+                None
+                if row["receipt"] is None
+                else decode_model(
+                    EffectReceipt, row["receipt"], what="receipt", thread_id=thread_id
+                )
+            )
+            start = start_effect(
+                existing, identity, thread_id=thread_id, turn_id=turn_id, now=self._now()
+            )
+            if not start.write:
+                return start
+            expected = None if existing is None else str(existing.status)
+            if await self._write_receipt(lease, start.receipt, expected):
+                return start
+        raise DurabilityError(
+            "the receipt kept changing concurrently; nothing was called",
+            code=ErrorCode.STORE_BUSY,
+            retryable=True,
+            context={"thread_id": thread_id, "idempotency_key": key},
+        )
+
+    async def _finish_effect(
+        self, lease: Lease, receipt: EffectReceipt, value_json: str | None
+    ) -> None:
+        assert isinstance(lease, PgLease)
+        if not await self._write_receipt(lease, receipt, str(ReceiptStatus.PREPARED)):
+            raise DurabilityError(
+                "the receipt changed while its effect ran; its outcome was not recorded",
+                code=ErrorCode.STORE_ERROR,
+                context={"thread_id": lease.thread_id, "idempotency_key": receipt.idempotency_key},
+            )
+
+    async def _write_receipt(
+        self, lease: PgLease, receipt: EffectReceipt, expected: str | None
+    ) -> bool:
+        """One fenced, durable statement; False when the stored status was not ``expected``."""
+        row = await self._fetchrow(
+            self._sql.write_receipt,
+            lease.thread_id,
+            lease.epoch,
+            lease.owner,
+            receipt.idempotency_key,
+            receipt.id,
+            str(receipt.status),
+            receipt.updated_at,
+            encode_model(receipt, limits=self.json_limits, what="receipt"),
+            expected,
+        )
+        if not row["fenced"]:
+            raise LeaseLostError(
+                context={
+                    "thread_id": lease.thread_id,
+                    "epoch": lease.epoch,
+                    "idempotency_key": receipt.idempotency_key,
+                }
+            )
+        return bool(row["written"])
+
+    async def _reconcile(
+        self,
+        thread_id: str,
+        idempotency_key: str,
+        outcome: ReconcileOutcome,
+        *,
+        value: JsonValue,
+        note: str,
+        actor: str,
+    ) -> EffectReceipt:
+        s = f'"{self.schema}"'
+
+        async def transaction() -> EffectReceipt:
+            async with self._pool.acquire() as conn, conn.transaction():
+                await conn.execute("SET LOCAL synchronous_commit = on")
+                text = await conn.fetchval(
+                    f"SELECT receipt FROM {s}.receipts"
+                    " WHERE thread_id = $1 AND idempotency_key = $2 FOR UPDATE",
+                    thread_id,
+                    idempotency_key,
+                )
+                existing = (
+                    None
+                    if text is None
+                    else decode_model(EffectReceipt, text, what="receipt", thread_id=thread_id)
+                )
+                now = self._now()
+                receipt = reconcile_receipt(
+                    existing,
+                    outcome,
+                    thread_id=thread_id,
+                    idempotency_key=idempotency_key,
+                    value=value,
+                    now=now,
+                )
+                assert existing is not None
+                record = ReconciliationRecord(
+                    id=new_id("rec"),
+                    thread_id=thread_id,
+                    idempotency_key=idempotency_key,
+                    receipt_id=receipt.id,
+                    previous_status=existing.status,
+                    outcome=outcome,
+                    value=value,
+                    note=note,
+                    actor=actor,
+                    recorded_at=now,
+                )
+                await conn.execute(
+                    f"UPDATE {s}.receipts SET status = $3, updated_at = $4, receipt = $5"
+                    " WHERE thread_id = $1 AND idempotency_key = $2",
+                    thread_id,
+                    idempotency_key,
+                    str(receipt.status),
+                    receipt.updated_at,
+                    encode_model(receipt, limits=self.json_limits, what="receipt"),
+                )
+                await conn.execute(
+                    f"INSERT INTO {s}.reconciliations (thread_id, idempotency_key, record)"
+                    " VALUES ($1, $2, $3)",
+                    thread_id,
+                    idempotency_key,
+                    encode_model(record, what="reconciliation"),
+                )
+                return receipt
+
+        return await retrying(transaction)
+
+    async def _close(self) -> None:
+        if self._owns_pool:
+            await self._pool.close()

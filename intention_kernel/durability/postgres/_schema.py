@@ -1,0 +1,142 @@
+"""Ordered migrations of the PostgreSQL store, applied explicitly and checked at open.
+
+The position of a migration in ``MIGRATIONS`` is its version (1-based). ``migrate`` applies the
+missing ones in one transaction serialized by a transaction-level advisory lock (released at
+COMMIT, so it works behind a transaction-mode pooler); nothing else in the adapter uses advisory
+locks. ``verify`` only reads and refuses a missing, older or newer schema.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from typing import Any
+
+from ...contracts.errors import ConfigurationError, ErrorCode, StoreSchemaError
+from ._errors import translated
+
+__all__ = ["DEFAULT_SCHEMA", "MIGRATIONS", "check_schema_name", "migrate", "verify"]
+
+DEFAULT_SCHEMA = "intention_kernel"
+_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+# Documents are stored as the codec's JSON text (already validated; read back byte for byte).
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE {s}.leases (
+        thread_id   text PRIMARY KEY,
+        owner       text NOT NULL,
+        epoch       bigint NOT NULL,
+        expires_at  timestamptz NOT NULL
+    );
+    CREATE TABLE {s}.heads (
+        thread_id   text PRIMARY KEY,
+        revision    bigint NOT NULL CHECK (revision > 0),
+        turn_id     text NOT NULL
+    );
+    CREATE TABLE {s}.turns (
+        thread_id    text NOT NULL CHECK (length(thread_id) BETWEEN 1 AND 256),
+        turn_id      text NOT NULL CHECK (length(turn_id) BETWEEN 1 AND 256),
+        revision     bigint NOT NULL,
+        fingerprint  text,
+        result       text NOT NULL,
+        committed_at timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (thread_id, turn_id),
+        CONSTRAINT turns_revision_key UNIQUE (thread_id, revision)
+    );
+    CREATE TABLE {s}.receipts (
+        thread_id       text NOT NULL,
+        idempotency_key text NOT NULL CHECK (length(idempotency_key) BETWEEN 1 AND 512),
+        id              text NOT NULL,
+        status          text NOT NULL
+                        CHECK (status IN ('prepared', 'completed', 'failed', 'uncertain')),
+        updated_at      timestamptz NOT NULL,
+        receipt         text NOT NULL,
+        PRIMARY KEY (thread_id, idempotency_key)
+    );
+    CREATE INDEX receipts_uncertain ON {s}.receipts (updated_at, id)
+        WHERE status = 'uncertain';
+    CREATE TABLE {s}.outbox (
+        position    bigserial PRIMARY KEY,
+        thread_id   text NOT NULL,
+        turn_id     text NOT NULL,
+        sequence    integer NOT NULL,
+        event       text NOT NULL,
+        UNIQUE (thread_id, turn_id, sequence)
+    );
+    CREATE INDEX outbox_by_thread ON {s}.outbox (thread_id, position);
+    CREATE TABLE {s}.reconciliations (
+        position        bigserial PRIMARY KEY,
+        thread_id       text NOT NULL,
+        idempotency_key text NOT NULL,
+        record          text NOT NULL
+    );
+    CREATE INDEX reconciliations_by_key ON {s}.reconciliations (thread_id, idempotency_key);
+    """,
+)
+
+
+def check_schema_name(name: Any) -> str:
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ConfigurationError(
+            "schema must be a lower-case SQL identifier ([a-z_][a-z0-9_]*, at most 63 chars)",
+            context={"setting": "schema"},
+        )
+    return name
+
+
+def _lock_key(schema: str) -> int:
+    return zlib.crc32(f"intention_kernel:{schema}".encode()) - 2**31
+
+
+async def migrate(conn: Any, schema: str) -> int:
+    """Apply the missing migrations; returns the schema version now in place."""
+    s = f'"{check_schema_name(schema)}"'
+    with translated():
+        async with conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock($1)", _lock_key(schema))
+            await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {s}")
+            await conn.execute(
+                f"CREATE TABLE IF NOT EXISTS {s}.schema_migrations ("
+                " version integer PRIMARY KEY,"
+                " applied_at timestamptz NOT NULL DEFAULT now())"
+            )
+            current = await conn.fetchval(
+                f"SELECT coalesce(max(version), 0) FROM {s}.schema_migrations"
+            )
+            _refuse_newer(current, schema)
+            for version in range(current + 1, len(MIGRATIONS) + 1):
+                await conn.execute(MIGRATIONS[version - 1].format(s=s))
+                await conn.execute(
+                    f"INSERT INTO {s}.schema_migrations (version) VALUES ($1)", version
+                )
+    return len(MIGRATIONS)
+
+
+async def verify(conn: Any, schema: str) -> int:
+    """Refuse to run on a missing, partly migrated or newer schema; returns its version."""
+    s = f'"{check_schema_name(schema)}"'
+    with translated():
+        exists = await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", f"{s}.schema_migrations")
+        current = (
+            await conn.fetchval(f"SELECT coalesce(max(version), 0) FROM {s}.schema_migrations")
+            if exists
+            else 0
+        )
+    _refuse_newer(current, schema)
+    if current < len(MIGRATIONS):
+        raise StoreSchemaError(
+            "the store schema is missing or behind: run setup() (migrate) first",
+            code=ErrorCode.STORE_SCHEMA_MISSING,
+            context={"schema": schema, "found": current, "expected": len(MIGRATIONS)},
+        )
+    return current
+
+
+def _refuse_newer(current: int, schema: str) -> None:
+    if current > len(MIGRATIONS):
+        raise StoreSchemaError(
+            "the store schema is newer than this library: upgrade intention-kernel",
+            code=ErrorCode.STORE_SCHEMA_TOO_NEW,
+            context={"schema": schema, "found": current, "supported": len(MIGRATIONS)},
+        )

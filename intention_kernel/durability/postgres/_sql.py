@@ -1,0 +1,133 @@
+"""The statements of the PostgreSQL store, rendered once per schema.
+
+Each write is one statement (its own short transaction) that checks the lease epoch and owner
+in the same statement (``fence`` locks the lease row ``FOR SHARE``, so a takeover waits for it
+to commit and then sees its effects). ``set_config(..., true)`` applies to that statement's
+transaction only, so it also works behind a transaction-mode pooler: ledger writes and commits
+are synchronous (``on``) whatever the server default; lease bookkeeping is not (``off``) because
+the owner token makes a lost lease write harmless (see ``docs/postgres.md``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Statements"]
+
+_SYNC_ON = "set_config('synchronous_commit', 'on', true) IS NOT NULL"
+_SYNC_OFF = "set_config('synchronous_commit', 'off', true) IS NOT NULL"
+
+
+@dataclass(frozen=True, slots=True)
+class Statements:
+    acquire: str
+    load: str
+    find_turn: str
+    renew: str
+    release: str
+    read_receipt: str
+    write_receipt: str
+    commit: str
+    revoke: str
+
+    @classmethod
+    def render(cls, schema: str, *, fencing: bool = True) -> Statements:
+        s = f'"{schema}"'
+        # Planted bug for fault tests only (IK_PLANTED_BUG=no_fencing): writes skip the epoch.
+        fence = (
+            f"SELECT 1 AS ok FROM {s}.leases"
+            " WHERE thread_id = $1 AND epoch = $2 AND owner = $3 FOR SHARE"
+            if fencing
+            else "SELECT 1 AS ok WHERE $1::text = $1 AND $2::bigint = $2 AND $3::text = $3"
+        )
+        return cls(
+            # $1 thread, $2 turn (or ''), $3 owner, $4 ttl seconds, $5 skip when committed.
+            # One statement: the committed turn (replay) or the lease plus the checkpoint.
+            acquire=f"""
+WITH prior AS (
+    SELECT result, fingerprint FROM {s}.turns WHERE thread_id = $1 AND turn_id = $2
+), seen AS (
+    SELECT epoch, expires_at FROM {s}.leases WHERE thread_id = $1
+), acquired AS (
+    INSERT INTO {s}.leases AS l (thread_id, owner, epoch, expires_at)
+    SELECT $1, $3, 1, clock_timestamp() + make_interval(secs => $4::float8)
+    WHERE NOT ($5::bool AND EXISTS (SELECT 1 FROM prior)) AND {_SYNC_OFF}
+    ON CONFLICT (thread_id) DO UPDATE
+        SET owner = excluded.owner, epoch = l.epoch + 1, expires_at = excluded.expires_at
+        WHERE l.expires_at <= clock_timestamp()
+    RETURNING epoch
+)
+SELECT a.epoch,
+       (SELECT count(*) FROM seen) AS seen_rows,
+       (SELECT e.epoch FROM seen e WHERE e.expires_at = '-infinity') AS released_epoch,
+       p.result AS prior_result, p.fingerprint AS prior_fingerprint,
+       h.revision AS head_revision, c.result AS head_result
+FROM (SELECT 1) AS one
+LEFT JOIN acquired a ON true
+LEFT JOIN prior p ON true
+LEFT JOIN {s}.heads h ON h.thread_id = $1 AND a.epoch IS NOT NULL AND p.result IS NULL
+LEFT JOIN {s}.turns c ON c.thread_id = $1 AND c.turn_id = h.turn_id""",
+            load=f"""
+SELECT p.result AS prior_result, p.fingerprint AS prior_fingerprint,
+       h.revision AS head_revision, c.result AS head_result
+FROM (SELECT 1) AS one
+LEFT JOIN {s}.turns p ON p.thread_id = $1 AND p.turn_id = $2
+LEFT JOIN {s}.heads h ON h.thread_id = $1
+LEFT JOIN {s}.turns c ON c.thread_id = $1 AND c.turn_id = h.turn_id""",
+            find_turn=f"SELECT result, fingerprint FROM {s}.turns "
+            "WHERE thread_id = $1 AND turn_id = $2",
+            renew=f"""
+UPDATE {s}.leases SET expires_at = clock_timestamp() + make_interval(secs => $4::float8)
+WHERE thread_id = $1 AND epoch = $2 AND owner = $3 AND {_SYNC_OFF}
+RETURNING 1""",
+            release=f"""
+UPDATE {s}.leases SET expires_at = '-infinity'
+WHERE thread_id = $1 AND epoch = $2 AND owner = $3 AND {_SYNC_OFF}""",
+            # $4 key; the fence flag lets a lost lease fail before any decision is taken.
+            read_receipt=f"""
+SELECT (SELECT receipt FROM {s}.receipts WHERE thread_id = $1 AND idempotency_key = $4)
+           AS receipt,
+       EXISTS ({fence.replace(" FOR SHARE", "")}) AS fenced""",
+            # $4 key, $5 id, $6 status, $7 updated_at, $8 receipt, $9 expected stored status
+            # (NULL: must not exist yet) - a compare-and-set against operator resolutions.
+            write_receipt=f"""
+WITH fence AS ({fence}),
+written AS (
+    INSERT INTO {s}.receipts AS r
+        (thread_id, idempotency_key, id, status, updated_at, receipt)
+    SELECT $1, $4, $5, $6, $7, $8 FROM fence WHERE {_SYNC_ON}
+    ON CONFLICT (thread_id, idempotency_key) DO UPDATE
+        SET id = excluded.id, status = excluded.status, updated_at = excluded.updated_at,
+            receipt = excluded.receipt
+        WHERE r.status = $9::text
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM fence) AS fenced, (SELECT count(*) FROM written) AS written""",
+            # $4 turn, $5 new revision, $6 loaded revision, $7 fingerprint, $8 result,
+            # $9 sequences, $10 events. Turn row, head CAS and outbox: one statement, one commit.
+            commit=f"""
+WITH fence AS ({fence}),
+head AS (
+    INSERT INTO {s}.heads AS h (thread_id, revision, turn_id)
+    SELECT $1, $5, $4 FROM fence WHERE {_SYNC_ON}
+    ON CONFLICT (thread_id) DO UPDATE
+        SET revision = excluded.revision, turn_id = excluded.turn_id
+        WHERE h.revision = $6
+    RETURNING 1
+), turn AS (
+    INSERT INTO {s}.turns (thread_id, turn_id, revision, fingerprint, result)
+    SELECT $1, $4, $5, $7, $8 FROM head
+    RETURNING 1
+), events AS (
+    INSERT INTO {s}.outbox (thread_id, turn_id, sequence, event)
+    SELECT $1, $4, e.sequence, e.event
+    FROM head, unnest($9::int[], $10::text[]) WITH ORDINALITY AS e(sequence, event, n)
+    ORDER BY e.n
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM fence) AS fenced,
+       (SELECT count(*) FROM head) AS moved,
+       (SELECT count(*) FROM turn) + (SELECT count(*) FROM events) AS written,
+       (SELECT revision FROM {s}.heads WHERE thread_id = $1) AS stored_revision""",
+            revoke=f"UPDATE {s}.leases SET epoch = epoch + 1 WHERE thread_id = $1",
+        )

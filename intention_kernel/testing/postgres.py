@@ -1,0 +1,122 @@
+"""Test helpers for the PostgreSQL adapter: the server to use, scratch schemas, a harness.
+
+``IK_POSTGRES_DSN`` names the server (default ``postgresql://postgres@127.0.0.1:5432/test``).
+Without ``CI=true`` an unreachable server skips the calling test with the reason; with
+``CI=true`` it fails, so a broken CI service is never silently green.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+import asyncpg
+import pytest
+
+from ..contracts.durability import DurabilityStore
+from ..contracts.ids import new_id
+from ..durability.postgres import PostgresDurability
+from .conformance import ConformanceHarness
+
+__all__ = ["PostgresHarness", "drop_schema", "postgres_dsn", "require_postgres", "scratch_schema"]
+
+DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+def postgres_dsn() -> str:
+    return os.environ.get("IK_POSTGRES_DSN", DEFAULT_DSN)
+
+
+def require_postgres(dsn: str | None = None) -> str:
+    """The DSN, after checking the server answers (skip locally, fail under CI)."""
+    dsn = dsn or postgres_dsn()
+
+    async def ping() -> None:
+        conn = await asyncpg.connect(dsn, timeout=5)
+        await conn.close()
+
+    try:
+        asyncio.run(ping())
+    except Exception as exc:
+        reason = f"PostgreSQL at {dsn} is not reachable: {type(exc).__name__}: {exc}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return dsn
+
+
+def scratch_schema(prefix: str = "ik_test") -> str:
+    return f"{prefix}_{new_id('s').split('_', 1)[1]}"
+
+
+async def drop_schema(dsn: str, schema: str) -> None:
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    finally:
+        await conn.close()
+
+
+class PostgresHarness(ConformanceHarness):
+    """Conformance harness: one scratch schema per test, dropped afterwards."""
+
+    stateful_examples = 25
+
+    def __init__(self, dsn: str, **options: Any) -> None:
+        super().__init__()
+        self.dsn = dsn
+        self.schema = scratch_schema()
+        self.options = options
+        self._created = False
+        self._by_loop: dict[asyncio.AbstractEventLoop, list[PostgresDurability]] = {}
+
+    async def _open(self, *, lock_timeout: float) -> DurabilityStore:
+        loop = asyncio.get_running_loop()
+        if loop not in self._by_loop:
+            self._close_with(loop)
+        store = await PostgresDurability.open(
+            self.dsn,
+            schema=self.schema,
+            setup=not self._created,
+            lock_timeout=lock_timeout,
+            min_size=0,
+            max_size=2,
+            **self.options,
+        )
+        self._created = True
+        self._by_loop[loop].append(store)
+        return store
+
+    def _close_with(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Close this loop's stores before the loop closes: the stateful test runs each
+        program on its own loop and closes it without closing the stores it opened."""
+        self._by_loop[loop] = []
+        original = loop.close
+
+        def close() -> None:
+            stores = self._by_loop.pop(loop, [])
+            if stores and not loop.is_running() and not loop.is_closed():
+
+                async def close_stores() -> None:
+                    for store in stores:
+                        await store.close()
+
+                loop.run_until_complete(close_stores())
+            original()
+
+        loop.close = close  # type: ignore[method-assign]
+
+    async def revoke_lease(self, thread_id: str) -> None:
+        conn = await asyncpg.connect(self.dsn)
+        try:
+            await conn.execute(
+                f'UPDATE "{self.schema}".leases SET epoch = epoch + 1 WHERE thread_id = $1',
+                thread_id,
+            )
+        finally:
+            await conn.close()
+
+    async def _cleanup(self) -> None:
+        if self._created:
+            await drop_schema(self.dsn, self.schema)

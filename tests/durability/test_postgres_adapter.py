@@ -1,0 +1,236 @@
+"""PostgreSQL-specific behaviour beyond the conformance suite: schema, lease, round trips."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import asyncpg
+import pytest
+
+from intention_kernel.contracts import DurabilityStore, TurnScope
+from intention_kernel.contracts.errors import (
+    ConfigurationError,
+    DurabilityError,
+    ErrorCode,
+    LeaseLostError,
+    StoreSchemaError,
+)
+from intention_kernel.durability.postgres import MIGRATIONS, PostgresDurability
+from intention_kernel.testing.conformance import Provider, commit_simple, effect, make_result
+from intention_kernel.testing.postgres import drop_schema, require_postgres, scratch_schema
+
+
+@pytest.fixture(scope="module")
+def dsn() -> str:
+    return require_postgres()
+
+
+@pytest.fixture
+async def schema(dsn: str) -> AsyncIterator[str]:
+    name = scratch_schema()
+    yield name
+    await drop_schema(dsn, name)
+
+
+async def open_store(dsn: str, schema: str, **options: Any) -> PostgresDurability:
+    options.setdefault("max_size", 3)
+    return await PostgresDurability.open(dsn, schema=schema, setup=True, **options)
+
+
+class CountingPool:
+    """Wraps a pool and counts statements (one statement = one round trip)."""
+
+    def __init__(self, pool: Any) -> None:
+        self.pool = pool
+        self.statements: list[str] = []
+
+    def _counted(self, name: str) -> Callable[..., Awaitable[Any]]:
+        method = getattr(self.pool, name)
+
+        async def call(sql: str, *args: Any, **kwargs: Any) -> Any:
+            self.statements.append(" ".join(sql.split())[:60])
+            return await method(sql, *args, **kwargs)
+
+        return call
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("fetchrow", "fetch", "execute", "fetchval"):
+            return self._counted(name)
+        return getattr(self.pool, name)
+
+
+async def test_setup_is_idempotent_and_concurrent(dsn: str, schema: str) -> None:
+    stores = await asyncio.gather(*(open_store(dsn, schema, max_size=1) for _ in range(4)))
+    for store in stores:
+        assert await store.setup() == len(MIGRATIONS)
+        assert await store.verify() == len(MIGRATIONS)
+        await store.close()
+
+
+async def test_open_refuses_a_missing_schema(dsn: str, schema: str) -> None:
+    with pytest.raises(StoreSchemaError) as caught:
+        await PostgresDurability.open(dsn, schema=schema)
+    assert caught.value.code == ErrorCode.STORE_SCHEMA_MISSING
+
+
+async def test_open_refuses_a_newer_schema(dsn: str, schema: str) -> None:
+    store = await open_store(dsn, schema)
+    await store.close()
+    conn = await asyncpg.connect(dsn)
+    await conn.execute(f'INSERT INTO "{schema}".schema_migrations (version) VALUES (99)')
+    await conn.close()
+    with pytest.raises(StoreSchemaError) as caught:
+        await PostgresDurability.open(dsn, schema=schema)
+    assert caught.value.code == ErrorCode.STORE_SCHEMA_TOO_NEW
+    with pytest.raises(StoreSchemaError):
+        await PostgresDurability.open(dsn, schema=schema, setup=True)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"schema": "Bad-Name"},
+        {"schema": "x; DROP TABLE y"},
+        {"lease_ttl": 0},
+        {"lease_ttl": 5, "heartbeat_interval": 5},
+        {"lease_ttl": 5, "heartbeat_interval": -1},
+        {"lock_timeout": 0},
+    ],
+)
+def test_bad_settings_are_refused(options: dict[str, Any]) -> None:
+    with pytest.raises(ConfigurationError):
+        PostgresDurability(object(), **options)
+
+
+async def test_bad_url_is_refused() -> None:
+    with pytest.raises(ConfigurationError):
+        await PostgresDurability.open("mysql://nope")
+
+
+async def test_unreachable_server_is_a_retryable_typed_error() -> None:
+    with pytest.raises(DurabilityError) as caught:
+        await PostgresDurability.open("postgresql://postgres@127.0.0.1:1/none")
+    assert caught.value.code == ErrorCode.STORE_UNAVAILABLE and caught.value.retryable
+
+
+async def test_async_with_open_closes_the_pool(dsn: str, schema: str) -> None:
+    async with PostgresDurability.open(dsn, schema=schema, setup=True) as store:
+        await commit_simple(store, "t1", "turn-1")
+    assert store._closed
+
+
+async def test_heartbeat_keeps_a_long_turn_leased(dsn: str, schema: str) -> None:
+    store = await open_store(dsn, schema, lease_ttl=1.2, heartbeat_interval=0.2)
+    other = await open_store(dsn, schema, lock_timeout=0.5)
+    entered = asyncio.Event()
+
+    async def long_turn(scope: TurnScope) -> str:
+        entered.set()
+        await asyncio.sleep(3.0)  # longer than the TTL: only renewals keep the lease
+        await scope.commit(make_result(scope))
+        return "done"
+
+    held = asyncio.create_task(store.with_turn("t1", "turn-1", long_turn))
+    await entered.wait()
+    await asyncio.sleep(1.8)
+    with pytest.raises(DurabilityError) as caught:
+        await commit_simple(other, "t1", "turn-2")
+    assert caught.value.code == ErrorCode.LOCK_TIMEOUT
+    assert await held == "done"
+    await store.close()
+    await other.close()
+
+
+async def test_a_lost_lease_cancels_the_running_turn(dsn: str, schema: str) -> None:
+    store = await open_store(dsn, schema, lease_ttl=0.6, heartbeat_interval=0.1)
+
+    async def parked(scope: TurnScope) -> None:
+        await store.revoke_lease("t1")
+        await asyncio.sleep(10)
+
+    started = time.monotonic()
+    with pytest.raises(LeaseLostError):
+        await store.with_turn("t1", "turn-1", parked)
+    assert time.monotonic() - started < 2
+    assert not asyncio.current_task().cancelling()  # type: ignore[union-attr]
+    await commit_simple(store, "t1", "turn-1")  # the store stays usable
+    await store.close()
+
+
+async def test_a_crashed_holders_lease_expires_after_its_ttl(dsn: str, schema: str) -> None:
+    store = await open_store(dsn, schema, lease_ttl=0.5, lock_timeout=5)
+    conn = await asyncpg.connect(dsn)
+    await conn.execute(
+        f"INSERT INTO \"{schema}\".leases VALUES ($1, $2, 7, clock_timestamp() + interval '1 s')",
+        "t1",
+        "crashed-worker",
+    )
+    started = time.monotonic()
+    await commit_simple(store, "t1", "turn-1")
+    waited = time.monotonic() - started
+    assert 0.7 < waited < 3
+    epoch = await conn.fetchval(f'SELECT epoch FROM "{schema}".leases WHERE thread_id = $1', "t1")
+    assert epoch == 8  # took over the expired lease, bumping the epoch
+    expires = await conn.fetchval(
+        f"SELECT expires_at = '-infinity' FROM \"{schema}\".leases WHERE thread_id = $1", "t1"
+    )
+    assert expires  # a clean exit released it at once
+    await conn.close()
+    await store.close()
+
+
+async def test_round_trips_per_turn(dsn: str, schema: str) -> None:
+    store = await open_store(dsn, schema)
+    counting = CountingPool(store._pool)
+    store._pool = counting
+    await commit_simple(store, "t1", "turn-1")
+    assert len(counting.statements) == 3, counting.statements  # acquire+load, commit, release
+    counting.statements.clear()
+    _, _, replayed = await commit_simple(store, "t1", "turn-1")
+    assert replayed and len(counting.statements) == 1, counting.statements  # one read, no lease
+    counting.statements.clear()
+    provider = Provider()
+    await commit_simple(store, "t1", "turn-2", effects=[(effect("k1"), provider.returning(1))])
+    # acquire+load, receipt read, prepared, completed, commit, release
+    assert len(counting.statements) == 6, counting.statements
+    await store.close()
+
+
+async def test_commits_are_synchronous_even_when_the_session_default_is_off(
+    dsn: str, schema: str
+) -> None:
+    pool = await asyncpg.create_pool(
+        dsn, min_size=1, max_size=1, server_settings={"synchronous_commit": "off"}
+    )
+    store = await PostgresDurability.open(pool, schema=schema, setup=True)
+    observer = await asyncpg.connect(dsn)
+
+    async def wal_syncs() -> int:
+        await asyncio.sleep(1.1)  # backends report WAL statistics at most once a second
+        await pool.execute("SELECT 1")
+        await asyncio.sleep(1.1)
+        return int(await observer.fetchval("SELECT wal_sync FROM pg_stat_wal"))
+
+    before = await wal_syncs()
+    for i in range(20):
+        await commit_simple(store, "t1", f"turn-{i}")
+    assert await wal_syncs() - before >= 20
+    await observer.close()
+    await store.close()
+    await pool.close()
+
+
+async def test_reads_use_the_uncertain_index(dsn: str, schema: str) -> None:
+    store: DurabilityStore = await open_store(dsn, schema)
+    conn = await asyncpg.connect(dsn)
+    await conn.execute("SET enable_seqscan = off")
+    plan = await conn.fetch(
+        f"EXPLAIN SELECT receipt FROM \"{schema}\".receipts WHERE status = 'uncertain'"
+        " ORDER BY updated_at, id LIMIT 100"
+    )
+    assert "receipts_uncertain" in " ".join(row[0] for row in plan)
+    await conn.close()
+    await store.close()

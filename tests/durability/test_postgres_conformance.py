@@ -1,0 +1,17 @@
+from __future__ import annotations
+
+import pytest
+
+from intention_kernel.testing.conformance import DurabilityConformance
+from intention_kernel.testing.postgres import PostgresHarness, require_postgres
+
+
+@pytest.fixture(scope="module")
+def dsn() -> str:
+    return require_postgres()
+
+
+class TestPostgresConformance(DurabilityConformance):
+    @pytest.fixture
+    def harness(self, dsn: str) -> PostgresHarness:
+        return PostgresHarness(dsn)
