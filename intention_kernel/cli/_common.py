@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from enum import IntEnum
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import typer
 from pydantic import BaseModel
@@ -27,8 +28,10 @@ from ..contracts.errors import (
     ConfigurationError,
     DurabilityError,
     EffectError,
+    ErrorCode,
     InvalidInputError,
     KernelError,
+    StoreSchemaError,
 )
 from ..contracts.inspect import StoreInspector
 
@@ -41,6 +44,7 @@ __all__ = [
     "emit",
     "open_store",
     "run",
+    "store_target",
     "store_url",
     "to_jsonable",
 ]
@@ -148,6 +152,22 @@ def store_url(store: str | None) -> str:
     return text
 
 
+def store_target(store: str | None) -> tuple[str, dict[str, Any]]:
+    """The URL and adapter options: a PostgreSQL DSN's ``schema`` parameter picks the schema
+    (the driver would send unknown parameters to the server as settings)."""
+    url = store_url(store)
+    if not url.startswith("postgresql://"):
+        return url, {}
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    schemas = [value for key, value in query if key == "schema"]
+    rest = urlencode([(key, value) for key, value in query if key != "schema"])
+    options: dict[str, Any] = {"min_size": 1, "max_size": 2}
+    if schemas:
+        options["schema"] = schemas[-1]
+    return urlunsplit(parts._replace(query=rest)), options
+
+
 def sqlite_path(url: str) -> Path | None:
     if not url.startswith("sqlite:"):
         return None
@@ -158,17 +178,31 @@ def sqlite_path(url: str) -> Path | None:
 
 @asynccontextmanager
 async def open_store(store: str | None, *, create: bool = False) -> Any:
-    """Open the store (refusing a missing SQLite file unless ``create``) and close it after."""
-    url = store_url(store)
+    """Open the store (refusing a missing SQLite file unless ``create``) and close it after.
+
+    ``create`` also applies pending migrations (a PostgreSQL schema is created and upgraded).
+    """
+    url, options = store_target(store)
     path = sqlite_path(url)
     if path is not None and not create and not path.exists():
         raise CliError(
             "STORE_NOT_FOUND",
             f"no SQLite store at {path} (create one with: intention-kernel migrate --store {path})",
         )
+    if create and url.startswith("postgresql://"):
+        options["setup"] = True
     from ..durability.factory import open_durability
 
-    opened: DurabilityStore = await open_durability(url)
+    try:
+        opened: DurabilityStore = await open_durability(url, **options)
+    except StoreSchemaError as exc:
+        if exc.code is ErrorCode.STORE_SCHEMA_MISSING:
+            raise CliError(
+                "STORE_SCHEMA_MISSING",
+                "the store has no schema or an older one: run intention-kernel migrate",
+                ExitCode.STORE,
+            ) from None
+        raise
     try:
         yield opened
     finally:

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
+from ..contracts.inspect import SchemaInfo
 from ._common import (
     CliError,
     ExitCode,
@@ -19,7 +20,7 @@ from ._common import (
     out,
     run,
     sqlite_path,
-    store_url,
+    store_target,
 )
 
 __all__ = ["parse_duration", "register"]
@@ -39,6 +40,23 @@ def parse_duration(text: str) -> timedelta:
     if match is None:
         raise CliError("INVALID_DURATION", f"{text!r} is not a duration like 30d, 12h or 90m")
     return timedelta(seconds=int(match.group(1)) * _UNITS[match.group(2)])
+
+
+async def _postgres_schema(url: str, schema: str | None) -> SchemaInfo:
+    """Read a PostgreSQL schema's version without verifying or migrating it."""
+    from ..durability.postgres import _inspect as pg_inspect
+    from ..durability.postgres import _schema as pg_schema
+    from ..durability.postgres._errors import translated
+
+    name = pg_schema.check_schema_name(schema or pg_schema.DEFAULT_SCHEMA)
+    with translated():
+        import asyncpg
+
+        conn = await asyncpg.connect(url)
+    try:
+        return await pg_inspect.schema_info_of(conn, name)
+    finally:
+        await conn.close()
 
 
 def status(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
@@ -70,15 +88,14 @@ def migrate(
     """Bring the store's schema up to date (creates a new SQLite file)."""
 
     async def body() -> dict[str, Any]:
-        url = store_url(store)
+        url, options = store_target(store)
         path = sqlite_path(url)
         if path is not None:
             from ..durability.sqlite._inspect import read_schema_info
 
             before = read_schema_info(path)
         else:
-            async with open_store(store) as opened:
-                before = await inspector(opened).schema_info()
+            before = await _postgres_schema(url, options.get("schema"))
         if before.version > before.supported:
             raise CliError(
                 "STORE_SCHEMA_TOO_NEW",

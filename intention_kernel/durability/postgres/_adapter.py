@@ -41,6 +41,7 @@ from .._ledger import EffectStart, reconcile_receipt, start_effect
 from ..crashpoints import CrashPoint, crash_point
 from . import _schema
 from ._errors import retrying, translated
+from ._inspect import PostgresInspection
 from ._lease import Heartbeat, LeaseSettings, PgLease, new_owner
 from ._reads import PostgresReads
 from ._sql import Statements
@@ -86,7 +87,7 @@ class _Opening:
             await self._store.close()
 
 
-class PostgresDurability(PostgresReads, DurabilityEngine):
+class PostgresDurability(PostgresReads, DurabilityEngine, PostgresInspection):
     """PostgreSQL durability: lease rows with fencing, one-statement commits.
 
     Open with ``PostgresDurability.open("postgresql://...")`` or ``open(pool)``; create the
