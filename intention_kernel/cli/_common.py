@@ -189,8 +189,12 @@ async def open_store(store: str | None, *, create: bool = False) -> Any:
             "STORE_NOT_FOUND",
             f"no SQLite store at {path} (create one with: intention-kernel migrate --store {path})",
         )
-    if create and url.startswith("postgresql://"):
-        options["setup"] = True
+    if url.startswith("postgresql://"):
+        options["setup"] = create
+        if "schema" in options:  # checked before a pool exists, so a bad name leaks nothing
+            from ..durability.postgres._schema import check_schema_name
+
+            check_schema_name(options["schema"])
     from ..durability.factory import open_durability
 
     try:

@@ -3,24 +3,22 @@
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pytest
 
 from intention_kernel.kernel.compile import compile_manifest
 
 from . import agents
-from .support import cli, cli_json, commit_turn, open_sqlite
+from .conftest import Seeded
+from .support import cli, cli_json, commit_turn
 
 FP = compile_manifest(agents.current)[1]
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> str:
-    path = tmp_path / "compat.db"
-
+def store(empty: Seeded) -> str:
     async def seed() -> None:
-        opened = await open_sqlite(path)
+        opened = await empty.open()
         try:
             for n in range(3):
                 await commit_turn(opened, f"thread-{n}", "turn-1", fingerprint=FP)
@@ -28,7 +26,7 @@ def store(tmp_path: Path) -> str:
             await opened.close()
 
     asyncio.run(seed())
-    return str(path)
+    return empty.store
 
 
 def test_gate_passes_for_the_deployed_agent(store: str) -> None:

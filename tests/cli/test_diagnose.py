@@ -14,10 +14,14 @@ from .support import cli, cli_json
 _HOLDER = textwrap.dedent(
     """
     import asyncio, sys
-    from intention_kernel.durability.sqlite import SQLiteDurability
 
     async def main():
-        store = await SQLiteDurability.open(sys.argv[1])
+        if sys.argv[1] == "sqlite":
+            from intention_kernel.durability.sqlite import SQLiteDurability
+            store = await SQLiteDurability.open(sys.argv[2])
+        else:
+            from intention_kernel.durability.postgres import PostgresDurability
+            store = await PostgresDurability.open(sys.argv[2], schema=sys.argv[3], max_size=2)
         async with store.turn("t-ok", "turn-held"):
             print("held", flush=True)
             await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
@@ -68,11 +72,18 @@ def test_incompatible_checkpoint_with_agent(seeded: Seeded) -> None:
     assert "compatible_with=['agent@1']" in finding["resolve"]
 
 
+def _target(seeded: Seeded) -> list[str]:
+    if seeded.backend == "sqlite":
+        return [str(seeded.path)]
+    assert seeded.dsn is not None and seeded.schema is not None
+    return [seeded.dsn, seeded.schema]
+
+
 def test_lease_held_by_another_process(seeded: Seeded) -> None:
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": str(root)}
     holder = subprocess.Popen(
-        [sys.executable, "-c", _HOLDER, seeded.store],
+        [sys.executable, "-c", _HOLDER, seeded.backend, *_target(seeded)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         env=env,
@@ -82,9 +93,12 @@ def test_lease_held_by_another_process(seeded: Seeded) -> None:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         result = cli("thread", "diagnose", "t-ok", "--store", seeded.store)
         assert result.exit_code == 1, result.stdout
-        assert f"held by pid {holder.pid}" in result.stdout
-        assert "released when the holder finishes or exits" in result.stdout
-        assert f"kill {holder.pid}" in result.stdout
+        if seeded.backend == "sqlite":
+            assert f"held by pid {holder.pid}" in result.stdout
+            assert "released when the holder finishes or exits" in result.stdout
+            assert f"kill {holder.pid}" in result.stdout
+        else:  # the lease row names the owner (host/pid/token) and its expiry
+            assert f"/{holder.pid}/" in result.stdout and "expires at" in result.stdout
         data = cli_json("thread", "diagnose", "t-ok", "--store", seeded.store, code=1)
         assert data["lease"]["held"] and data["lease"]["epoch"] >= 3
         assert data["findings"][0]["kind"] == "lease_held"

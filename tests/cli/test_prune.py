@@ -128,14 +128,24 @@ def test_prune_never_drops_live_obligations(threads: list[list[TurnSpec]]) -> No
 
 
 def test_prune_command(seeded: Seeded) -> None:
-    sql(seeded.path, "UPDATE ik_turns SET committed_at = ?", [OLD])
-    sql(seeded.path, "UPDATE ik_outbox SET delivered_at = ? WHERE turn_id = 'turn-1'", [OLD])
+    old = datetime.now(UTC) - timedelta(days=90)
+    seeded.execute(
+        "UPDATE ik_turns SET committed_at = ?", "UPDATE {s}.turns SET committed_at = $1", old
+    )
+    events = 0
+    if seeded.backend == "sqlite":  # the PostgreSQL outbox records no deliveries yet
+        seeded.execute("UPDATE ik_outbox SET delivered_at = ? WHERE turn_id = 'turn-1'", "", old)
+        events = 2
     dry = cli("prune", "--older-than", "30d", "--store", seeded.store, "--dry-run")
     assert dry.exit_code == 0, dry.stderr
-    assert "would remove 1 turn record(s) and 2 delivered event(s)" in dry.stdout
+    assert f"would remove 1 turn record(s) and {events} delivered event(s)" in dry.stdout
     assert "t-ok/turn-1" in dry.stdout and "kept 2 old turn(s)" in dry.stdout
     data = cli_json("prune", "--older-than", "30d", "--store", seeded.store)
-    assert data["turns"] == [["t-ok", "turn-1"]] and len(data["events"]) == 2
+    assert data["turns"] == [["t-ok", "turn-1"]] and len(data["events"]) == events
+    assert cli_json("receipts", "--store", seeded.store)["receipts"][0]["thread_id"] == "t-unc"
+    assert cli_json("thread", "show", "t-wait", "--store", seeded.store)["checkpoint"][
+        "interaction"
+    ]
     assert data["dry_run"] is False
     assert cli_json("status", "--store", seeded.store)["turns"] == 2
     bad = cli("prune", "--older-than", "soon", "--store", seeded.store)

@@ -35,9 +35,12 @@ def test_threads_lists_every_thread_with_json_and_pages(seeded: Seeded) -> None:
 
 
 def test_store_from_environment_and_url(seeded: Seeded) -> None:
-    result = cli("status", env={"IK_STORE": f"sqlite:///{seeded.path}"})
+    result = cli("status", env={"IK_STORE": seeded.store})
     assert result.exit_code == 0, result.stderr
     assert "uncertain receipts 1" in result.stdout
+    if seeded.path is not None:
+        url = cli("status", env={"IK_STORE": f"sqlite:///{seeded.path}"})
+        assert url.exit_code == 0 and "threads            3" in url.stdout
 
 
 def test_thread_show(seeded: Seeded) -> None:
@@ -66,7 +69,9 @@ def test_turns_show_input_and_response(seeded: Seeded) -> None:
     assert [t["turn_id"] for t in page["turns"]] == ["turn-2"]
 
 
-def test_events_with_delivery_state(seeded: Seeded) -> None:
+def test_events_with_delivery_state(sqlite_seeded: Seeded) -> None:
+    seeded = sqlite_seeded
+    assert seeded.path is not None
     positions = [r[0] for r in sql(seeded.path, "SELECT position FROM ik_outbox ORDER BY 1")]
     sql(
         seeded.path,
@@ -136,15 +141,34 @@ def test_store_errors(tmp_path: Path) -> None:
     assert dry.exit_code == 3 and "[STORE_SCHEMA_TOO_NEW]" in dry.stderr
 
 
-def test_migrate_dry_run_then_apply(tmp_path: Path) -> None:
-    path = tmp_path / "new.db"
-    dry = cli_json("migrate", "--store", str(path), "--dry-run")
+def test_migrate_dry_run_then_apply(empty: Seeded) -> None:
+    store = empty.store
+    if empty.backend == "postgres":
+        missing = cli("status", "--store", store)
+        assert missing.exit_code == 3 and "[STORE_SCHEMA_MISSING]" in missing.stderr
+        assert "intention-kernel migrate" in missing.stderr
+    dry = cli_json("migrate", "--store", store, "--dry-run")
     assert dry["pending"] == ["1: schema version 1"] and dry["version"] == 0
-    assert not path.exists()
-    human = cli("migrate", "--store", str(path), "--dry-run")
+    assert empty.path is None or not empty.path.exists()
+    human = cli("migrate", "--store", store, "--dry-run")
     assert "would apply 1 migration" in human.stdout
-    applied = cli_json("migrate", "--store", str(path))
+    applied = cli_json("migrate", "--store", store)
     assert applied["applied"] == ["1: schema version 1"] and applied["version"] == 1
-    again = cli("migrate", "--store", str(path))
+    again = cli("migrate", "--store", store)
     assert again.exit_code == 0 and "up to date (version 1)" in again.stdout
-    assert cli_json("status", "--store", str(path))["threads"] == 0
+    status = cli_json("status", "--store", store)
+    assert status["threads"] == 0 and status["backend"] == empty.backend.replace(
+        "postgres", "postgresql"
+    )
+
+
+def test_postgres_errors() -> None:
+    from intention_kernel.testing.postgres import require_postgres
+
+    dsn = require_postgres()
+    down = cli("status", "--store", "postgresql://nobody@127.0.0.1:1/none")
+    assert down.exit_code == 3 and "[STORE_UNAVAILABLE]" in down.stderr
+    bad = cli("status", "--store", f"{dsn}?schema=Not-An-Identifier")
+    assert bad.exit_code == 2 and "[INVALID_CONFIGURATION]" in bad.stderr
+    data = cli_json("status", "--store", "postgres://nobody@127.0.0.1:1/none", code=3)
+    assert data["error"]["code"] == "STORE_UNAVAILABLE"

@@ -6,14 +6,14 @@ import asyncio
 from typing import Any
 
 from .conftest import Seeded
-from .support import cli, cli_json, commit_turn, open_sqlite
+from .support import cli, cli_json, commit_turn
 
 KEY = "payments.charge:o-9"
 
 
 def _retry(seeded: Seeded) -> dict[str, Any]:
     async def go() -> dict[str, Any]:
-        store = await open_sqlite(seeded.path)
+        store = await seeded.open()
         try:
             result = await commit_turn(store, "t-unc", "turn-1", charge=("o-9", seeded.provider))
         finally:
