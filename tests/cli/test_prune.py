@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -150,3 +151,66 @@ def test_prune_command(seeded: Seeded) -> None:
     assert cli_json("status", "--store", seeded.store)["turns"] == 2
     bad = cli("prune", "--older-than", "soon", "--store", seeded.store)
     assert bad.exit_code == 2 and "[INVALID_DURATION]" in bad.stderr
+
+
+async def _pg_case(dsn: str, threads: list[list[TurnSpec]]) -> None:
+    import asyncpg
+
+    from intention_kernel.durability.postgres import PostgresDurability
+    from intention_kernel.testing.postgres import drop_schema, scratch_schema
+
+    schema = scratch_schema("ik_prune")
+    s = f'"{schema}"'
+    store = await PostgresDurability.open(dsn, schema=schema, setup=True, max_size=2)
+    conn = await asyncpg.connect(dsn)
+    try:
+        provider = Provider()
+        for t, turns in enumerate(threads):
+            for n, spec in enumerate(turns):
+                if spec.uncertain_first:
+                    await uncertain_turn(store, f"t{t}", f"lost-{n}", f"k{n}", provider)
+                await commit_turn(store, f"t{t}", f"turn-{n}", interaction=spec.interaction)
+                if spec.old:
+                    await conn.execute(
+                        f"UPDATE {s}.turns SET committed_at = now() - interval '90 days'"
+                        " WHERE thread_id = $1 AND turn_id = $2",
+                        f"t{t}",
+                        f"turn-{n}",
+                    )
+        turns_sql = (
+            "SELECT thread_id, turn_id, committed_at < now() - interval '30 days' AS old"
+            f" FROM {s}.turns"
+        )
+        before = {(r[0], r[1]): r[2] for r in await conn.fetch(turns_sql)}
+        heads = {tuple(r) for r in await conn.fetch(f"SELECT thread_id, turn_id FROM {s}.heads")}
+        receipts = await conn.fetch(f"SELECT * FROM {s}.receipts ORDER BY 1, 2")
+        cutoff = datetime.now(UTC) - timedelta(days=30)
+        planned = await store.prune_records(older_than=cutoff, dry_run=True)
+        report = await store.prune_records(older_than=cutoff)
+        assert sorted(planned.turns) == sorted(report.turns)
+        after = {(r[0], r[1]) for r in await conn.fetch(turns_sql)}
+        expected_gone = {key for key, old in before.items() if old} - heads
+        assert set(report.turns) == expected_gone
+        assert after == set(before) - expected_gone and heads <= after
+        assert await conn.fetch(f"SELECT * FROM {s}.receipts ORDER BY 1, 2") == receipts
+        for t in range(len(threads)):
+            await commit_turn(store, f"t{t}", "after-prune")
+    finally:
+        await conn.close()
+        await store.close()
+        await drop_schema(dsn, schema)
+
+
+@pytest.fixture(scope="module")
+def pg_dsn() -> str:
+    from intention_kernel.testing.postgres import require_postgres
+
+    return require_postgres()
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(threads=stores)
+def test_prune_keeps_live_obligations_on_postgres(
+    pg_dsn: str, threads: list[list[TurnSpec]]
+) -> None:
+    asyncio.run(_pg_case(pg_dsn, threads))
