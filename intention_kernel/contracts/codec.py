@@ -15,6 +15,7 @@ import json
 import math
 import re
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any
 
 from pydantic import JsonValue
@@ -28,6 +29,7 @@ __all__ = [
     "canonical_json",
     "decode",
     "encode",
+    "encode_stored",
     "fingerprint",
     "round_trip",
 ]
@@ -104,10 +106,45 @@ def _check(value: Any, limits: JsonLimits, what: str) -> None:
         )
 
 
-def encode(value: Any, *, limits: JsonLimits = DEFAULT_LIMITS, what: str = "value") -> str:
-    """Encode ``value`` as compact JSON text, or raise ``SerializationError``."""
-    _check(value, limits, what)
-    text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+_STRUCTURE = b'[]{}"'
+_NOT_STRUCTURE = bytes(b for b in range(256) if b not in _STRUCTURE)
+_DELTA = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
+
+
+def _nesting(raw: bytes) -> int:
+    """Deepest container nesting of UTF-8 JSON ``raw``, ignoring brackets inside strings."""
+    unescaped = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
+    outside = b"".join(unescaped.translate(None, _NOT_STRUCTURE).split(b'"')[::2])
+    return max(accumulate(map(_DELTA.__getitem__, outside)), default=0)
+
+
+def _fast_encode(value: Any, limits: JsonLimits) -> tuple[str, Any] | None:
+    """Encode in C and verify the result instead of walking ``value`` in Python.
+
+    Returns ``(text, stored form)``, or ``None`` when the value needs the precise walk (it is
+    refused there, or contains tuples that legitimately come back as lists).
+    """
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        raw = text.encode("utf-8")  # lone surrogates fail here
+    except (ValueError, TypeError, RecursionError, UnicodeEncodeError):
+        return None
+    if "\\u0000" in text:
+        return None
+    if text.count("[") + text.count("{") > limits.max_depth and _nesting(raw) > limits.max_depth:
+        return None
+    stored = json.loads(text)
+    # Equal after the round trip means: string keys only, no tuples, nothing converted.
+    return (text, stored) if stored == value else None
+
+
+def _encode(value: Any, limits: JsonLimits, what: str) -> tuple[str, Any]:
+    fast = _fast_encode(value, limits)
+    if fast is None:
+        _check(value, limits, what)
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        fast = (text, None)
+    text = fast[0]
     size = len(text.encode("utf-8"))
     if size > limits.max_bytes:
         raise SerializationError(
@@ -115,7 +152,12 @@ def encode(value: Any, *, limits: JsonLimits = DEFAULT_LIMITS, what: str = "valu
             code=ErrorCode.PAYLOAD_TOO_LARGE,
             context={"what": what, "size": size, "limit": limits.max_bytes},
         )
-    return text
+    return fast
+
+
+def encode(value: Any, *, limits: JsonLimits = DEFAULT_LIMITS, what: str = "value") -> str:
+    """Encode ``value`` as compact JSON text, or raise ``SerializationError``."""
+    return _encode(value, limits, what)[0]
 
 
 def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -143,9 +185,17 @@ def decode(text: str | bytes, *, what: str = "value") -> Any:
         ) from exc
 
 
+def encode_stored(
+    value: Any, *, limits: JsonLimits = DEFAULT_LIMITS, what: str = "value"
+) -> tuple[str, Any]:
+    """Encode ``value`` and return ``(text, stored form)`` without parsing twice."""
+    text, stored = _encode(value, limits, what)
+    return text, (json.loads(text) if stored is None else stored)
+
+
 def round_trip(value: Any, *, limits: JsonLimits = DEFAULT_LIMITS, what: str = "value") -> Any:
-    """Return the stored form of ``value``: what a replay will return."""
-    return json.loads(encode(value, limits=limits, what=what))
+    """Return the stored form of ``value``: what a replay will return (a fresh copy)."""
+    return encode_stored(value, limits=limits, what=what)[1]
 
 
 def canonical_json(value: Any, *, limits: JsonLimits = DEFAULT_LIMITS) -> str:

@@ -287,15 +287,15 @@ class DurabilityEngine(ABC):
             raw = await self._call(lease, prepared, operation)
         crash_point(CrashPoint.EFFECT_RETURNED, key=identity.idempotency_key)
         try:
-            value_json = codec.encode(raw, limits=self.json_limits, what="effect value")
+            value_json, value = codec.encode_stored(
+                raw, limits=self.json_limits, what="effect value"
+            )
         except SerializationError as exc:
             await self._record(
                 lease, prepared, ReceiptStatus.UNCERTAIN, f"value not storable: {exc.code}"
             )
             raise uncertain_error(prepared, code=ErrorCode.EFFECT_VALUE_NOT_STORABLE) from exc
-        completed = finish_receipt(
-            prepared, ReceiptStatus.COMPLETED, value=codec.decode(value_json), now=self._now()
-        )
+        completed = finish_receipt(prepared, ReceiptStatus.COMPLETED, value=value, now=self._now())
         # Shielded: the provider already acted, so a cancellation must not skip the record.
         await asyncio.shield(self._finish_effect(lease, completed, value_json))
         crash_point(CrashPoint.RECEIPT_RECORDED, key=identity.idempotency_key)

@@ -19,7 +19,13 @@ from ..contracts.errors import (
     ErrorCode,
 )
 from ..contracts.ids import new_id
-from ..contracts.receipts import EffectIdentity, EffectReceipt, ReceiptStatus, ReconcileOutcome
+from ..contracts.receipts import (
+    EffectIdentity,
+    EffectReceipt,
+    ReceiptStatus,
+    ReconcileOutcome,
+    ReconciliationRecord,
+)
 
 __all__ = [
     "INTERRUPTED",
@@ -28,6 +34,7 @@ __all__ = [
     "finish_receipt",
     "outcome_status",
     "reconcile_receipt",
+    "resolve_uncertain",
     "start_effect",
     "uncertain_error",
 ]
@@ -165,6 +172,42 @@ def reconcile_receipt(
     status = ReceiptStatus.COMPLETED if outcome == "completed" else ReceiptStatus.FAILED
     error = None if outcome == "completed" else "reconciled: not applied"
     return finish_receipt(existing, status, value=value, error=error, now=now)
+
+
+def resolve_uncertain(
+    existing: EffectReceipt | None,
+    outcome: ReconcileOutcome,
+    *,
+    thread_id: str,
+    idempotency_key: str,
+    value: JsonValue,
+    note: str,
+    actor: str,
+    now: datetime,
+) -> tuple[EffectReceipt, ReconciliationRecord]:
+    """The resolved receipt and its audit record, for an adapter to write in one transaction."""
+    receipt = reconcile_receipt(
+        existing,
+        outcome,
+        thread_id=thread_id,
+        idempotency_key=idempotency_key,
+        value=value,
+        now=now,
+    )
+    assert existing is not None  # reconcile_receipt refused a missing receipt
+    record = ReconciliationRecord(
+        id=new_id("rec"),
+        thread_id=thread_id,
+        idempotency_key=idempotency_key,
+        receipt_id=receipt.id,
+        previous_status=existing.status,
+        outcome=outcome,
+        value=value,
+        note=note,
+        actor=actor,
+        recorded_at=now,
+    )
+    return receipt, record
 
 
 def uncertain_error(

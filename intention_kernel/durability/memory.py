@@ -19,7 +19,7 @@ from ..contracts.checkpoint import KernelCheckpoint
 from ..contracts.codec import DEFAULT_LIMITS, JsonLimits
 from ..contracts.errors import DurabilityError, ErrorCode, LeaseLostError
 from ..contracts.events import KernelEvent, StoredEvent
-from ..contracts.ids import new_id, validate_idempotency_key, validate_thread_id, validate_turn_id
+from ..contracts.ids import validate_idempotency_key, validate_thread_id, validate_turn_id
 from ..contracts.receipts import (
     EffectIdentity,
     EffectReceipt,
@@ -31,7 +31,7 @@ from ..contracts.turns import DurableTurnResult
 from . import _turns
 from ._documents import decode_model, encode_model
 from ._engine import DurabilityEngine, Lease, StoredTurn
-from ._ledger import EffectStart, reconcile_receipt, start_effect
+from ._ledger import EffectStart, resolve_uncertain, start_effect
 from ._listing import check_limit
 from ._memory_inspect import MemoryInspection
 from ._memory_outbox import Delivery, MemoryOutboxSource
@@ -186,27 +186,15 @@ class MemoryDurability(DurabilityEngine, MemoryOutboxSource, MemoryInspection):
         actor: str,
     ) -> EffectReceipt:
         existing = await self.get_receipt(thread_id, idempotency_key)
-        now = self._now()
-        receipt = reconcile_receipt(
+        receipt, record = resolve_uncertain(
             existing,
             outcome,
             thread_id=thread_id,
             idempotency_key=idempotency_key,
             value=value,
-            now=now,
-        )
-        assert existing is not None
-        record = ReconciliationRecord(
-            id=new_id("rec"),
-            thread_id=thread_id,
-            idempotency_key=idempotency_key,
-            receipt_id=receipt.id,
-            previous_status=existing.status,
-            outcome=outcome,
-            value=value,
             note=note,
             actor=actor,
-            recorded_at=now,
+            now=self._now(),
         )
         self._put_receipt(receipt)
         self.store.reconciliations.append(encode_model(record, what="reconciliation"))

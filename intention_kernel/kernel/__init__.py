@@ -5,11 +5,13 @@ through the ``ModelGateway`` protocol.
 """
 
 from .agent import AgentDefinition, define_agent
+from .approval import Approval, ConfirmationAnswer, operation_digest
 from .capability import Capability, Confirmation, Effect, Guidance, define_capability
 from .compat import Compatibility, Migration
 from .context import CapabilityContext, StepEvents, TurnInfo
 from .events import Redactor
 from .kernel import Kernel
+from .keys import provider_idempotency_key
 from .limits import KernelLimits
 from .manifest import build_manifest, manifest_fingerprint
 from .policies import Policy, PolicyDecision, PolicyRequest, allow, deny, require_confirmation
@@ -27,6 +29,7 @@ from .runtime import CompiledAgent, request_fingerprint
 
 __all__ = [
     "AgentDefinition",
+    "Approval",
     "Capability",
     "CapabilityContext",
     "CapabilityResult",
@@ -34,6 +37,7 @@ __all__ = [
     "CompiledAgent",
     "Completed",
     "Confirmation",
+    "ConfirmationAnswer",
     "Effect",
     "Failed",
     "Guidance",
@@ -59,6 +63,8 @@ __all__ = [
     "define_capability",
     "deny",
     "manifest_fingerprint",
+    "operation_digest",
+    "provider_idempotency_key",
     "request_fingerprint",
     "require_confirmation",
 ]

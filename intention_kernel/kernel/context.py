@@ -11,17 +11,26 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import JsonValue
 
 from ..contracts.checkpoint import FactRecord
 from ..contracts.durability import TurnScope
-from ..contracts.errors import ErrorCode, UsageError
+from ..contracts.errors import EffectUncertainError, ErrorCode, UsageError
 from ..contracts.events import EventCategory, KernelEvent
-from ..contracts.receipts import EffectAuthority, EffectExecution, EffectIdentity, EffectReceipt
+from ..contracts.receipts import (
+    EffectAuthority,
+    EffectExecution,
+    EffectIdentity,
+    EffectReceipt,
+    ReceiptStatus,
+)
+from .approval import Approval, ConfirmationAnswer
 from .events import EventRecorder
 from .facts import parse_fact_ref
+from .keys import provider_idempotency_key
 
 __all__ = ["CapabilityContext", "StepEvents", "TurnInfo"]
 
@@ -59,9 +68,12 @@ class StepEvents:
 
 class CapabilityContext:
     __slots__ = (
+        "_confirmation",
         "_effect",
         "_receipts",
         "_scope",
+        "answer",
+        "approval",
         "capability_id",
         "deadline",
         "events",
@@ -87,9 +99,17 @@ class CapabilityContext:
         host_context: Mapping[str, Any],
         events: StepEvents,
         deadline: float,
+        confirmation: str = "none",
+        approval: Approval | None = None,
+        answer: ConfirmationAnswer | None = None,
     ) -> None:
         self._scope = scope
         self._effect = effect
+        self._confirmation = confirmation
+        self.approval = approval
+        """The accepted kernel confirmation this step resumes (who, when, digest), if any."""
+        self.answer = answer
+        """The answer to this capability's own ``NeedsConfirmation``, when it is resumed."""
         self._receipts: list[EffectReceipt] = []
         self.capability_id = capability_id
         self.step_id = step_id
@@ -136,7 +156,41 @@ class CapabilityContext:
                 code=ErrorCode.INVALID_IDEMPOTENCY_KEY,
                 context={"capability_id": self.capability_id},
             )
+        if self.approval is None and (self._confirmation != "capability" or self.answer is None):
+            # Consent first: a kernel confirmation resumes with an approval; a capability-owned
+            # one must have asked (NeedsConfirmation) and be resumed with the user's answer.
+            raise UsageError(
+                "a write may only run after the user's confirmation",
+                code=ErrorCode.CONFIRMATION_REQUIRED,
+                context={"capability_id": self.capability_id},
+            )
         identity = EffectIdentity(f"{self.capability_id}:{key}", self.capability_id, self.step_id)
-        execution = await self._scope.run_effect(identity, operation)
+        try:
+            execution = await self._scope.run_effect(identity, operation)
+        except EffectUncertainError as exc:
+            self._receipts.append(self._uncertain(identity, exc))
+            raise
         self._receipts.append(execution.receipt)
         return execution
+
+    def provider_key(self, authority: EffectAuthority, *, tenant: str) -> str:
+        """``provider_idempotency_key`` namespaced by ``tenant`` and this thread."""
+        return provider_idempotency_key(authority, tenant=tenant, thread=self.turn.thread_id)
+
+    def _uncertain(self, identity: EffectIdentity, exc: EffectUncertainError) -> EffectReceipt:
+        """The checkpoint's copy of a receipt the ledger holds as uncertain (the ledger rules)."""
+        now = datetime.now(UTC)
+        reason = exc.context.get("reason")
+        return EffectReceipt(
+            id=str(exc.context.get("receipt_id") or "unknown"),
+            thread_id=self.turn.thread_id,
+            idempotency_key=identity.idempotency_key,
+            capability_id=self.capability_id,
+            turn_id=self.turn.turn_id,
+            step_id=self.step_id,
+            status=ReceiptStatus.UNCERTAIN,
+            error=reason if isinstance(reason, str) else "the outcome is not known",
+            attempts=1,
+            created_at=now,
+            updated_at=now,
+        )

@@ -8,7 +8,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from intention_kernel.contracts import ConfigurationError, ErrorCode, JsonLimits, SerializationError
-from intention_kernel.contracts.codec import canonical_json, decode, encode, fingerprint, round_trip
+from intention_kernel.contracts.codec import (
+    _check,
+    canonical_json,
+    decode,
+    encode,
+    fingerprint,
+    round_trip,
+)
 
 
 def nested(depth: int) -> Any:
@@ -114,3 +121,36 @@ def test_floats_round_trip_or_are_refused(value: float) -> None:
     else:
         with pytest.raises(SerializationError):
             encode(value)
+
+
+awkward_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()
+    | st.text(max_size=5)
+    | st.sampled_from(["\x00", "\ud800", "\\u0000", '"[{', "]}"]),
+    lambda children: (
+        st.lists(children, max_size=3)
+        | st.tuples(children)
+        | st.dictionaries(st.text(max_size=3) | st.integers() | st.booleans(), children, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+@given(awkward_values, st.integers(1, 6))
+def test_fast_path_agrees_with_the_precise_walk(value: Any, depth: int) -> None:
+    limits = JsonLimits(max_depth=depth)
+    expected: ErrorCode | None = None
+    try:
+        _check(value, limits, "value")
+    except SerializationError as refused:
+        expected = refused.code
+    if expected is not None:
+        with pytest.raises(SerializationError) as caught:
+            encode(value, limits=limits)
+        assert caught.value.code == expected
+        return
+    text = encode(value, limits=limits)
+    assert decode(text) == round_trip(value, limits=limits)

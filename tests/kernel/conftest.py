@@ -6,6 +6,7 @@ and a function ``tmp_path -> async context manager yielding a DurabilityStore``.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from intention_kernel.contracts import DurabilityStore
+from intention_kernel.durability.sqlite import SQLiteDurability
 from intention_kernel.testing import MemoryDurability
 
 from .support import World, make_world
@@ -29,8 +31,34 @@ async def _memory(tmp_path: Path) -> AsyncIterator[DurabilityStore]:
         await durability.close()
 
 
+@asynccontextmanager
+async def _sqlite(tmp_path: Path) -> AsyncIterator[DurabilityStore]:
+    durability = await SQLiteDurability.open(tmp_path / "kernel.db")
+    try:
+        yield durability
+    finally:
+        await durability.close()
+
+
+@asynccontextmanager
+async def _postgres(tmp_path: Path) -> AsyncIterator[DurabilityStore]:
+    from intention_kernel.durability.postgres import PostgresDurability
+    from intention_kernel.testing.postgres import drop_schema, require_postgres, scratch_schema
+
+    dsn = await asyncio.to_thread(require_postgres)  # skips locally when no server answers
+    schema = scratch_schema("ik_kernel")
+    durability = await PostgresDurability.open(dsn, schema=schema, setup=True, max_size=4)
+    try:
+        yield durability
+    finally:
+        await durability.close()
+        await drop_schema(dsn, schema)
+
+
 DURABILITY_FACTORIES: list[tuple[str, DurabilityFactory]] = [
     ("memory", _memory),
+    ("sqlite", _sqlite),
+    ("postgres", _postgres),
 ]
 
 

@@ -201,13 +201,16 @@ class World:
     kernel: Kernel
     agent: CompiledAgent
     routes: dict[str, Intentions]
+    answers: dict[str, str] = field(default_factory=dict)
 
     def agent_definition(self) -> Any:
         return support_agent()
 
-    def say(self, text: str, intentions: Intentions) -> None:
-        """Teach the scripted model what ``text`` means."""
+    def say(self, text: str, intentions: Intentions, answer: str | None = None) -> None:
+        """Teach the scripted model what ``text`` means (and which option it answers)."""
         self.routes[text] = intentions
+        if answer is not None:
+            self.answers[text] = answer
 
     async def run(self, turn_id: str, text: str, thread_id: str = "t1", **kw: Any) -> Any:
         return await self.agent.run(thread_id=thread_id, turn_id=turn_id, text=text, **kw)
@@ -220,13 +223,16 @@ def make_world(
     limits: KernelLimits | None = None,
     redact: Redactor | None = None,
     script: Mapping[str, Any] | None = None,
+    ports: Mapping[str, Any] | None = None,
 ) -> World:
     routes: dict[str, Intentions] = {}
+    answers: dict[str, str] = {}
 
     def interpret(request: ModelRequest) -> JsonValue:
         text = request.input["text"]
         assert isinstance(text, str)
-        return {"intentions": list(routes.get(text, [])), "reply": None}
+        answer: JsonValue = {"option": answers[text]} if text in answers else None
+        return {"intentions": list(routes.get(text, [])), "answer": answer, "reply": None}
 
     gateway = ScriptedModelGateway({"interpret": interpret, "compose": cite_all, **(script or {})})
     shop = Shop()
@@ -234,10 +240,10 @@ def make_world(
     kernel = Kernel(
         durability=durability,
         model=gateway,
-        ports={"shop": shop},
+        ports={"shop": shop, **(ports or {})},
         limits=limits,
         redact=redact,
         sinks=[collector],
     )
     compiled = kernel.compile(agent if agent is not None else support_agent())
-    return World(durability, gateway, shop, collector, kernel, compiled, routes)
+    return World(durability, gateway, shop, collector, kernel, compiled, routes, answers)

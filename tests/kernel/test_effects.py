@@ -1,4 +1,4 @@
-"""The write path the kernel already has: ``context.run_effect`` through ``scope.run_effect``."""
+"""Writes through ``context.run_effect``: the ledger, the checkpoint, and who may call it."""
 
 from __future__ import annotations
 
@@ -7,66 +7,34 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from intention_kernel.contracts import DurabilityStore, EffectAuthority, ErrorCode, UsageError
-from intention_kernel.kernel import Completed, Kernel, define_capability
+from intention_kernel.contracts import DurabilityStore, ErrorCode, UsageError
+from intention_kernel.kernel import Completed, define_capability
 
 from .support import FaqAnswer, TrackQuery, make_world, support_agent
+from .writes import accept, payments_world
 
 
 class Ticket(BaseModel):
     subject: str
 
 
-class Provider:
-    def __init__(self) -> None:
-        self.keys: list[str] = []
-
-    async def create(self, authority: EffectAuthority, subject: str) -> dict[str, Any]:
-        self.keys.append(authority.idempotency_key)
-        return {"ticket": f"T-{len(self.keys)}", "subject": subject}
-
-
-async def _open_ticket(context: Any, ticket: Ticket) -> Completed:
-    provider: Provider = context.ports["provider"]
-    effect = await context.run_effect(
-        f"ticket:{ticket.subject}", lambda authority: provider.create(authority, ticket.subject)
-    )
-    return Completed(output=FaqAnswer(answer=effect.value["ticket"]), text="Ticket opened.")
-
-
-TICKET = define_capability(
-    id="tickets.open",
-    version="1.0.0",
-    description="Open a support ticket.",
-    input=Ticket,
-    output=FaqAnswer,
-    effect="write",
-    confirmation="capability",
-    execute=_open_ticket,
-)
-
-
 async def test_write_goes_through_the_ledger_and_lands_in_the_checkpoint(
     durability: DurabilityStore,
 ) -> None:
-    world = make_world(durability, agent=support_agent([TICKET]))
-    provider = Provider()
-    kernel = Kernel(
-        durability=durability, model=world.gateway, ports={"shop": world.shop, "provider": provider}
-    )
-    agent = kernel.compile(support_agent([TICKET]))
-    intent = [{"capability": "tickets.open", "input": {"subject": "broken"}}]
-    world.say("open a ticket", intent)
-    world.say("open it again", intent)
-    first = await agent.run(thread_id="t1", turn_id="turn-1", text="open a ticket")
+    world, payments = payments_world(durability)
+    proposed = await world.run("turn-1", "charge 42")
+    first = await world.run("turn-2", "", selection=accept(proposed))
     [receipt] = first.checkpoint.receipts
-    assert receipt.idempotency_key == "tickets.open:ticket:broken"
-    assert receipt.status == "completed" and receipt.step_id == "step-1"
+    assert receipt.idempotency_key == "payments.charge:order:42"
+    assert receipt.status == "completed" and receipt.step_id == "resume-1"
     assert first.response.evidence[0].receipt_id == receipt.id
     # The same business key in a later turn replays the stored value: one provider call.
-    second = await agent.run(thread_id="t1", turn_id="turn-2", text="open it again")
-    assert provider.keys == ["tickets.open:ticket:broken"]
+    again = await world.run("turn-3", "charge 42")
+    second = await world.run("turn-4", "yes")
+    assert [s.status for s in second.response.steps] == ["completed"]
+    assert payments.calls == ["payments.charge:order:42"]
     assert [r.id for r in second.checkpoint.receipts] == [receipt.id]
+    assert again.checkpoint.interaction is not None
 
 
 async def test_reads_may_not_run_effects(durability: DurabilityStore) -> None:
@@ -103,13 +71,41 @@ async def test_a_write_that_completes_without_a_receipt_is_a_failed_step(
         input=Ticket,
         output=FaqAnswer,
         effect="write",
-        confirmation="capability",
+        confirmation="required",
         execute=lazy,
     )
     world = make_world(durability, agent=support_agent([cap]))
     world.say("fake", [{"capability": "tickets.fake", "input": {"subject": "x"}}])
-    result = await world.run("turn-1", "fake")
+    proposed = await world.run("turn-1", "fake")
+    result = await world.run("turn-2", "", selection=accept(proposed))
     assert [s.status for s in result.response.steps] == ["failed"]
+    assert "could not complete" in result.response.text.lower() or result.response.kind == "answer"
+    assert result.checkpoint.receipts == []
+
+
+async def test_a_write_output_failing_its_schema_is_refused(durability: DurabilityStore) -> None:
+    async def wrong(context: Any, ticket: Ticket) -> Completed:
+        await context.run_effect("t", lambda authority: _value())
+        return Completed(output={"not_the_answer_field": 1})
+
+    cap = define_capability(
+        id="tickets.wrong",
+        version="1.0.0",
+        description="Open a ticket badly.",
+        input=Ticket,
+        output=FaqAnswer,
+        effect="write",
+        confirmation="required",
+        execute=wrong,
+    )
+    world = make_world(durability, agent=support_agent([cap]))
+    world.say("wrong", [{"capability": "tickets.wrong", "input": {"subject": "x"}}])
+    proposed = await world.run("turn-1", "wrong")
+    result = await world.run("turn-2", "", selection=accept(proposed))
+    [step] = result.response.steps
+    assert step.status == "failed"
+    assert step.reason == "the capability's output did not match its declared schema"
+    assert result.checkpoint.facts == []
 
 
 async def _value() -> None:

@@ -56,7 +56,7 @@ async def test_bad_run_arguments_are_refused_before_anything_runs(
 
 
 async def test_blank_text_is_fine_with_a_selection(world: World) -> None:
-    result = await world.run("turn-1", "", selection={"interaction_id": "x", "option": "yes"})
+    result = await world.run("turn-1", "", selection={"choice": "red"})
     assert result.checkpoint.revision == 1
 
 

@@ -25,19 +25,17 @@ from ...contracts.errors import (
     TurnConflictError,
 )
 from ...contracts.events import KernelEvent
-from ...contracts.ids import new_id
 from ...contracts.receipts import (
     EffectIdentity,
     EffectReceipt,
     ReceiptStatus,
     ReconcileOutcome,
-    ReconciliationRecord,
 )
 from ...contracts.turns import DurableTurnResult
 from .. import _turns
 from .._documents import decode_model, encode_model
 from .._engine import DurabilityEngine, Lease, StoredTurn
-from .._ledger import EffectStart, reconcile_receipt, start_effect
+from .._ledger import EffectStart, resolve_uncertain, start_effect
 from ..crashpoints import CrashPoint, crash_point
 from . import _schema
 from ._errors import retrying, translated
@@ -512,27 +510,15 @@ class PostgresDurability(PostgresReads, DurabilityEngine, PostgresInspection):
                     if text is None
                     else decode_model(EffectReceipt, text, what="receipt", thread_id=thread_id)
                 )
-                now = self._now()
-                receipt = reconcile_receipt(
+                receipt, record = resolve_uncertain(
                     existing,
                     outcome,
                     thread_id=thread_id,
                     idempotency_key=idempotency_key,
                     value=value,
-                    now=now,
-                )
-                assert existing is not None
-                record = ReconciliationRecord(
-                    id=new_id("rec"),
-                    thread_id=thread_id,
-                    idempotency_key=idempotency_key,
-                    receipt_id=receipt.id,
-                    previous_status=existing.status,
-                    outcome=outcome,
-                    value=value,
                     note=note,
                     actor=actor,
-                    recorded_at=now,
+                    now=self._now(),
                 )
                 await conn.execute(
                     f"UPDATE {s}.receipts SET status = $3, updated_at = $4, receipt = $5"

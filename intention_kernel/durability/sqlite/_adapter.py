@@ -26,7 +26,7 @@ from ...contracts.errors import (
     LeaseLostError,
 )
 from ...contracts.events import KernelEvent, StoredEvent
-from ...contracts.ids import new_id, validate_idempotency_key, validate_thread_id, validate_turn_id
+from ...contracts.ids import validate_idempotency_key, validate_thread_id, validate_turn_id
 from ...contracts.receipts import (
     EffectIdentity,
     EffectReceipt,
@@ -38,7 +38,7 @@ from ...contracts.turns import DurableTurnResult
 from .. import _turns
 from .._documents import decode_model, encode_model
 from .._engine import DurabilityEngine, Lease, StoredTurn
-from .._ledger import EffectStart, reconcile_receipt, start_effect
+from .._ledger import EffectStart, resolve_uncertain, start_effect
 from .._listing import check_limit
 from ..crashpoints import CrashPoint, crash_point
 from ._connection import Connection
@@ -306,27 +306,15 @@ class SQLiteDurability(DurabilityEngine, SQLiteInspection):
     ) -> EffectReceipt:
         def reconcile(conn: sqlite3.Connection) -> EffectReceipt:
             existing = _read_receipt(conn, thread_id, idempotency_key)
-            now = self._now()
-            receipt = reconcile_receipt(
+            receipt, record = resolve_uncertain(
                 existing,
                 outcome,
                 thread_id=thread_id,
                 idempotency_key=idempotency_key,
                 value=value,
-                now=now,
-            )
-            assert existing is not None
-            record = ReconciliationRecord(
-                id=new_id("rec"),
-                thread_id=thread_id,
-                idempotency_key=idempotency_key,
-                receipt_id=receipt.id,
-                previous_status=existing.status,
-                outcome=outcome,
-                value=value,
                 note=note,
                 actor=actor,
-                recorded_at=now,
+                now=self._now(),
             )
             self._put_receipt(conn, receipt)
             conn.execute(

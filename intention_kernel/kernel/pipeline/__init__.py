@@ -1,6 +1,7 @@
 """The turn pipeline: one stage per module, run in order by ``run_pipeline``.
 
-project -> interpret -> plan -> execute -> reduce -> compose -> commit
+project -> (selected answer) -> interpret -> plan -> resume -> execute -> reduce -> compose
+-> commit
 """
 
 from __future__ import annotations
@@ -14,15 +15,22 @@ from .interpret import interpret
 from .plan import plan
 from .project import project
 from .reduce import reduce
-from .state import AgentRuntime, TurnState
+from .resume import resume, selected_answer
+from .state import AgentRuntime, Interpretation, TurnState
 
 __all__ = ["AgentRuntime", "TurnState", "run_pipeline"]
 
 
 async def run_pipeline(state: TurnState) -> tuple[DurableTurnResult, list[KernelEvent]]:
     project(state)
-    malformed = await interpret(state)
+    chosen = selected_answer(state)  # a bad UI answer is refused before any model call
+    if chosen is not None and not state.turn.text.strip():
+        state.interpretation = Interpretation()  # a button press needs no interpretation
+        malformed = []
+    else:
+        malformed = await interpret(state)
     await plan(state, malformed)
+    resume(state, chosen)
     await execute(state)
     reduce(state)
     await compose(state)

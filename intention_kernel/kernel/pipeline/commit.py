@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from pydantic import JsonValue
+
 from ...contracts.checkpoint import SCHEMA_VERSION, KernelCheckpoint, Message
 from ...contracts.events import EventCategory, KernelEvent
 from ...contracts.turns import DurableTurnResult
@@ -41,8 +43,24 @@ def successor(state: TurnState) -> KernelCheckpoint:
         agenda=reduction.agenda,
         interaction=reduction.interaction,
         receipts=reduction.receipts,
-        metadata={} if previous is None else dict(previous.metadata),
+        metadata=_metadata(state),
     )
+
+
+MAX_DECISIONS = 20
+"""Approval and decline records kept in the checkpoint (the outbox's audit events keep all)."""
+
+
+def _metadata(state: TurnState) -> dict[str, JsonValue]:
+    previous = state.checkpoint
+    metadata: dict[str, JsonValue] = {} if previous is None else dict(previous.metadata)
+    assert state.plan is not None
+    if state.plan.decisions:
+        kept = metadata.get("decisions")
+        decisions: list[JsonValue] = list(kept) if isinstance(kept, list) else []
+        decisions.extend(state.plan.decisions)
+        metadata["decisions"] = decisions[-MAX_DECISIONS:]
+    return metadata
 
 
 async def commit(state: TurnState) -> tuple[DurableTurnResult, list[KernelEvent]]:

@@ -3,13 +3,16 @@
 Every evidence id the model cites must exist (this turn's evidence or that of a visible fact).
 An answer that cites unknown ids, or is malformed, gets one recomposition; after that the kernel
 falls back to a safe answer built from the capabilities' canonical text. A turn that only needs a
-clarification is answered by the kernel without a model call.
+clarification is answered by the kernel without a model call, and so is a turn whose write has
+an unknown outcome ("being verified": a model must never word it as done) or that only resolved
+pending work (cancelled, asked again).
 """
 
 from __future__ import annotations
 
 from pydantic import JsonValue, ValidationError
 
+from ...contracts.checkpoint import Interaction
 from ...contracts.events import EventCategory
 from ..response import Response, StepSummary
 from ._model import ask
@@ -21,6 +24,7 @@ _STATUS_TEXT = {
     "failed": "I could not complete that: {reason}",
     "skipped": "I could not complete that because an earlier step did not finish.",
     "needs_dependency": "I need more information before I can do that.",
+    "uncertain": "{description}: {reason}.",
 }
 
 
@@ -70,11 +74,33 @@ def fallback_text(state: TurnState) -> str:
         elif outcome.prompt:
             parts.append(outcome.prompt)
         elif outcome.status in _STATUS_TEXT:
-            parts.append(_STATUS_TEXT[outcome.status].format(reason=outcome.reason or ""))
+            parts.append(
+                _STATUS_TEXT[outcome.status].format(
+                    reason=outcome.reason or "",
+                    description=outcome.step.capability.description.rstrip("."),
+                )
+            )
+    parts.extend(state.plan.notes)
     parts.extend(state.plan.clarifications)
-    if state.reduction is not None and state.reduction.new_interaction is not None:
-        parts.append(state.reduction.new_interaction.prompt)
+    shown = _shown_interaction(state)
+    if shown is not None:
+        parts.append(shown.prompt)
     return "\n".join(p for p in parts if p) or "I am not sure how to help with that."
+
+
+def _shown_interaction(state: TurnState) -> Interaction | None:
+    """The interaction this answer asks: a new one, or the pending one shown again."""
+    plan, reduction = state.plan, state.reduction
+    if reduction is None or plan is None:
+        return None
+    if reduction.new_interaction is not None:
+        return reduction.new_interaction
+    return reduction.interaction if plan.resurface else None
+
+
+def _with_lines(text: str, lines: list[str]) -> str:
+    missing = [line for line in lines if line and line not in text]
+    return "\n".join([text, *missing]) if missing else text
 
 
 def _check(output: JsonValue, known: set[str]) -> tuple[Composition | None, list[JsonValue]]:
@@ -94,11 +120,24 @@ async def compose(state: TurnState) -> None:
     plan, reduction = state.plan, state.reduction
     assert plan is not None and reduction is not None
     evidence = list(reduction.evidence)
-    interaction = reduction.new_interaction
+    interaction = _shown_interaction(state)
     steps = _summaries(state)
-    if not state.outcomes and plan.clarifications and interaction is None:
+    if not state.outcomes and plan.clarifications and interaction is None and not plan.notes:
         state.response = Response(
             text="\n".join(plan.clarifications), kind="clarification", steps=steps
+        )
+    elif (not state.outcomes and plan.notes) or any(
+        o.status == "uncertain" for o in state.outcomes
+    ):
+        # Kernel words only: resumed work was cancelled or re-asked, or a write's outcome is
+        # unknown ("being verified"), which a model must never word as done.
+        state.response = Response(
+            text=fallback_text(state),
+            kind="fallback",
+            evidence=evidence,
+            citations=[e.id for e in evidence],
+            steps=steps,
+            interaction=interaction,
         )
     else:
         known = {e.id for e in evidence}
@@ -108,6 +147,7 @@ async def compose(state: TurnState) -> None:
             "reply": None if state.interpretation is None else state.interpretation.reply,
             "outcomes": [_outcome_json(o) for o in state.outcomes],
             "clarifications": list(plan.clarifications),
+            "notes": list(plan.notes),
             "interaction": None if interaction is None else interaction.prompt,
             "context": state.projection,
         }
@@ -134,7 +174,7 @@ async def compose(state: TurnState) -> None:
                 interaction=interaction,
             )
         else:
-            text = composition.text
+            text = _with_lines(composition.text, list(plan.notes))
             if interaction is not None and interaction.prompt not in text:
                 text = f"{text}\n{interaction.prompt}"
             state.response = Response(

@@ -17,15 +17,22 @@ from typing import Any
 from pydantic import BaseModel, JsonValue, ValidationError
 
 from ...contracts.checkpoint import Evidence, FactRecord
-from ...contracts.errors import KernelError
+from ...contracts.errors import EffectNotAppliedError, EffectUncertainError, KernelError
 from ...contracts.events import EventCategory
 from ...contracts.ids import new_id
+from ...contracts.receipts import ReceiptStatus
 from ..context import CapabilityContext, StepEvents
 from ..facts import FactRef, apply_fact, parse_fact_ref
 from ..results import Completed, Failed, NeedsConfirmation, NeedsDependency, NeedsInput
 from .state import PlannedStep, StepOutcome, TurnState
 
-__all__ = ["execute"]
+__all__ = ["NOT_APPLIED", "UNCERTAIN", "execute"]
+
+UNCERTAIN = (
+    "the outcome is being verified. It may or may not have gone through, "
+    "and I will not try it again until it has been checked"
+)
+NOT_APPLIED = "it did not go through and nothing was changed; you can ask me to try again"
 
 
 def _stored_form(value: JsonValue) -> JsonValue:
@@ -193,20 +200,37 @@ async def _call(state: TurnState, step: PlannedStep, done: dict[str, StepOutcome
         host_context=state.host_context,
         events=StepEvents(recorder, started, step.step_id),
         deadline=deadline,
+        confirmation=cap.confirmation,
+        approval=step.approval,
+        answer=step.answer,
     )
     try:
         async with asyncio.timeout_at(deadline):
             result = await cap.execute(context, step.input)
     except TimeoutError:
         outcome = _failed(step, "this took too long; please try again", receipts=context.receipts)
+    except EffectUncertainError:
+        # The receipt is durable in the ledger: the turn commits an honest "being verified".
+        outcome = StepOutcome(
+            step=step, status="uncertain", reason=UNCERTAIN, receipts=context.receipts
+        )
+    except EffectNotAppliedError:
+        outcome = _failed(step, NOT_APPLIED, receipts=context.receipts)
     else:
         outcome = _outcome(state, step, result, context)
+        if any(r.status is ReceiptStatus.UNCERTAIN for r in context.receipts):
+            # The capability caught the uncertainty itself: its answer cannot be trusted.
+            outcome = StepOutcome(
+                step=step, status="uncertain", reason=UNCERTAIN, receipts=context.receipts
+            )
     outcome.derived_from = used
     data: dict[str, JsonValue] = {"capability_id": cap.id, "status": outcome.status}
     if outcome.evidence is not None:
         data["evidence_id"] = outcome.evidence.id
     if outcome.reason:
         data["reason"] = outcome.reason
+    if step.approval is not None:
+        data["approval_digest"] = step.approval.digest
     outcome.event = recorder.emit(
         f"step.{outcome.status}",
         data,
@@ -214,6 +238,21 @@ async def _call(state: TurnState, step: PlannedStep, done: dict[str, StepOutcome
         step_id=step.step_id,
         category=EventCategory.AUDIT,
     )
+    for receipt in outcome.receipts:
+        if receipt.status is ReceiptStatus.UNCERTAIN:
+            # Operators reconcile these (``store.reconcile``); the user was told "being verified".
+            recorder.emit(
+                "effect.uncertain",
+                {
+                    "capability_id": cap.id,
+                    "idempotency_key": receipt.idempotency_key,
+                    "receipt_id": receipt.id,
+                    "reason": receipt.error,
+                },
+                cause=outcome.event,
+                step_id=step.step_id,
+                category=EventCategory.AUDIT,
+            )
     return outcome
 
 

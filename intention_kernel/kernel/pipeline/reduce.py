@@ -9,17 +9,28 @@ interaction unless one is already pending (it stays until answered).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+from collections.abc import Collection, Iterable, Mapping
 
 from pydantic import JsonValue
 
 from ...contracts.checkpoint import AgendaItem, Evidence, FactRecord, Interaction, KernelCheckpoint
+from ...contracts.codec import fingerprint
 from ...contracts.events import EventCategory
 from ...contracts.receipts import EffectReceipt, ReceiptStatus
+from ..approval import consent_data
+from ..capability import Capability
 from ..facts import apply_fact, invalidate, parse_fact_ref
 from .state import HeldStep, PlannedStep, Reduction, StepOutcome, TurnState
 
-__all__ = ["bound_agenda", "bound_receipts", "reduce", "reduce_outcomes"]
+__all__ = [
+    "bound_agenda",
+    "bound_receipts",
+    "fact_state",
+    "interaction_id",
+    "reduce",
+    "reduce_outcomes",
+]
 
 _ASKS = {"needs_input": "input", "needs_confirmation": "confirmation"}
 
@@ -65,6 +76,44 @@ def _agenda_item(
     )
 
 
+def fact_state(refs: Iterable[str], facts: Mapping[str, FactRecord]) -> dict[str, JsonValue]:
+    """Revisions of the facts of the given types: a waiting step resumes when they change."""
+    wanted = set(refs)
+    return {
+        fid: f.revision for fid, f in sorted(facts.items()) if f"{f.type}@{f.version}" in wanted
+    }
+
+
+def interaction_id(thread_id: str, item_id: str) -> str:
+    """Bound to the thread: an answer naming it cannot be replayed into another thread."""
+    return "ia-" + fingerprint([thread_id, item_id])[:32]
+
+
+def confirm_prompt(description: str, input_json: JsonValue) -> str:
+    """The kernel's confirmation question: what will be done, with the exact input."""
+    details = ""
+    if isinstance(input_json, dict) and input_json:
+        parts = [
+            f"{k}: {v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}"
+            for k, v in input_json.items()
+        ]
+        shown = ", ".join(parts)
+        details = f" ({shown[:197]}...)" if len(shown) > 200 else f" ({shown})"
+    return f"Please confirm: {description.rstrip('.')}{details}."
+
+
+def _reopen(item: AgendaItem, description: str) -> tuple[str, str, tuple[str, ...]] | None:
+    """The question a still-pending agenda item asks, to make it the active interaction."""
+    if item.status == "awaiting_confirmation":
+        return "confirmation", confirm_prompt(description, item.input), ("yes", "no")
+    prompt = item.data.get("prompt")
+    if item.status in _ASKS and isinstance(prompt, str) and prompt:
+        options = item.data.get("options")
+        listed = tuple(str(o) for o in options) if isinstance(options, list) else ()
+        return _ASKS[item.status], prompt, listed
+    return None
+
+
 def reduce_outcomes(
     checkpoint: KernelCheckpoint | None,
     outcomes: list[StepOutcome],
@@ -72,12 +121,17 @@ def reduce_outcomes(
     turn_id: str,
     receipt_limit: int,
     agenda_limit: int = 20,
+    *,
+    thread_id: str = "",
+    resolved: Collection[str] = (),
+    close_interaction: bool = False,
+    capabilities: Mapping[str, Capability] | None = None,
 ) -> Reduction:
     facts: dict[str, FactRecord] = {} if checkpoint is None else {f.id: f for f in checkpoint.facts}
     evidence: list[Evidence] = []
     new_receipts: list[EffectReceipt] = []
-    agenda = [] if checkpoint is None else list(checkpoint.agenda)
-    interaction = None if checkpoint is None else checkpoint.interaction
+    agenda = [] if checkpoint is None else [a for a in checkpoint.agenda if a.id not in resolved]
+    interaction = None if checkpoint is None or close_interaction else checkpoint.interaction
     new_interaction: Interaction | None = None
     asks: list[tuple[AgendaItem, str, str, tuple[str, ...]]] = []
     for outcome in outcomes:
@@ -89,29 +143,58 @@ def reduce_outcomes(
             invalidate(facts, refs)
             for ref, key, value in outcome.facts:
                 apply_fact(facts, ref, key, value, outcome.evidence, outcome.derived_from, turn_id)
-        elif outcome.status in ("needs_input", "needs_confirmation", "needs_dependency"):
+    # Consent is bound to the facts as the user sees them at the end of the proposing turn.
+    for outcome in outcomes:
+        if outcome.status in ("needs_input", "needs_confirmation", "needs_dependency"):
+            cap = outcome.step.capability
+            data: dict[str, JsonValue] = {"missing": list(outcome.missing), **outcome.data}
+            if outcome.status == "needs_dependency":
+                data["seen"] = fact_state(outcome.missing, facts)
+            if outcome.status == "needs_confirmation":
+                data.update(
+                    consent_data(cap.id, cap.version, cap.requires, outcome.step.input_json, facts)
+                )
+            if outcome.status in _ASKS and outcome.prompt:
+                data["prompt"] = outcome.prompt
+                data["options"] = list(outcome.options)
             item = _agenda_item(
                 outcome.step,
                 "waiting_for_fact" if outcome.status == "needs_dependency" else outcome.status,
                 outcome.reason,
                 turn_id,
-                {"missing": list(outcome.missing), **outcome.data},
+                data,
             )
             agenda.append(item)
             if outcome.status in _ASKS and outcome.prompt:
                 asks.append((item, _ASKS[outcome.status], outcome.prompt, outcome.options))
     for hold in held:
-        item = _agenda_item(
-            hold.step, hold.status, hold.reason, turn_id, {"missing": list(hold.missing)}
-        )
+        data = {"missing": list(hold.missing)}
+        if hold.status == "waiting_for_fact":
+            data["seen"] = fact_state(hold.missing, facts)
+        cap = hold.step.capability
+        if hold.status == "awaiting_confirmation":
+            data.update(
+                consent_data(cap.id, cap.version, cap.requires, hold.step.input_json, facts)
+            )
+        item = _agenda_item(hold.step, hold.status, hold.reason, turn_id, data)
         agenda.append(item)
         if hold.status == "awaiting_confirmation":
-            prompt = f"Please confirm: {hold.step.capability.description.rstrip('.')}."
+            prompt = confirm_prompt(cap.description, hold.step.input_json)
             asks.append((item, "confirmation", prompt, ("yes", "no")))
+    if interaction is None and not asks:
+        # An earlier request still waits (e.g. a second write proposed while one was pending).
+        known = capabilities or {}
+        for item in agenda:
+            pending = known.get(item.capability_id)
+            name = item.capability_id if pending is None else pending.description
+            question = _reopen(item, name)
+            if question is not None:
+                asks.append((item, *question))
+                break
     if interaction is None and asks:
         item, kind, prompt, options = asks[0]
         new_interaction = Interaction(
-            id=f"ia-{item.id}"[:256],
+            id=interaction_id(thread_id, item.id),
             kind=kind,
             prompt=prompt,
             options=list(options),
@@ -139,6 +222,10 @@ def reduce(state: TurnState) -> None:
         state.turn.turn_id,
         state.runtime.limits.max_receipts,
         state.runtime.limits.max_agenda,
+        thread_id=state.turn.thread_id,
+        resolved=state.plan.resolved,
+        close_interaction=state.plan.close_interaction,
+        capabilities=state.runtime.capabilities,
     )
     state.reduction = reduction
     recorder = state.recorder

@@ -19,6 +19,7 @@ from ...contracts.events import KernelEvent
 from ...contracts.gateway import ModelGateway
 from ...contracts.receipts import EffectReceipt
 from ..agent import AgentDefinition
+from ..approval import Approval, ConfirmationAnswer
 from ..capability import Capability
 from ..context import TurnInfo
 from ..events import EventRecorder
@@ -28,6 +29,7 @@ from ..response import Response
 
 __all__ = [
     "AgentRuntime",
+    "Answer",
     "Composition",
     "HeldStep",
     "Intention",
@@ -49,12 +51,22 @@ class Intention(BaseModel):
     input: dict[str, JsonValue] = Field(default_factory=dict)
 
 
+class Answer(BaseModel):
+    """The user's answer to the active interaction, as the model read it from their words."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    option: str
+    interaction_id: str | None = None
+
+
 class Interpretation(BaseModel):
     """What the interpreting model must answer."""
 
     model_config = ConfigDict(extra="ignore")
 
     intentions: list[Intention] = Field(default_factory=list)
+    answer: Answer | None = None
     reply: str | None = None
 
 
@@ -90,6 +102,10 @@ class PlannedStep:
     input_json: dict[str, JsonValue]
     after: tuple[str, ...] = ()
     """Steps of this turn that must complete first (they provide a required fact)."""
+    approval: Approval | None = None
+    """Set when the step resumes an accepted kernel confirmation."""
+    answer: ConfirmationAnswer | None = None
+    """Set when the step resumes its own (capability-owned) confirmation."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +124,16 @@ class Plan:
     held: list[HeldStep] = field(default_factory=list)
     clarifications: list[str] = field(default_factory=list)
     repaired: bool = False
+    notes: list[str] = field(default_factory=list)
+    """Kernel-worded lines about resumed work (cancelled, asked again, still pending)."""
+    resolved: set[str] = field(default_factory=set)
+    """Agenda item ids this turn takes off the agenda (answered, resumed or cancelled)."""
+    close_interaction: bool = False
+    """The active interaction was answered this turn."""
+    resurface: bool = False
+    """Show the still-pending interaction again (the user restated what it waits for)."""
+    decisions: list[dict[str, JsonValue]] = field(default_factory=list)
+    """Approval and decline records to keep in the checkpoint's metadata."""
 
 
 @dataclass(slots=True)

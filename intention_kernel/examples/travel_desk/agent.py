@@ -1,0 +1,220 @@
+"""The travel desk's capabilities and agent definition.
+
+``hotels.quote`` requires the ``offers@1`` fact that ``hotels.search`` provides, and
+``hotels.book`` requires the ``quote@1`` fact: the user's consent to a booking is bound to the
+exact quote revision it was given for.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from ...kernel import (
+    AgentDefinition,
+    CapabilityContext,
+    Completed,
+    Failed,
+    Guidance,
+    NeedsDependency,
+    ProducedFact,
+    define_agent,
+    define_capability,
+    provider_idempotency_key,
+)
+from .provider import FakeHotelProvider
+
+__all__ = ["HOTELS", "build_agent"]
+
+HOTELS: dict[str, list[dict[str, Any]]] = {
+    "lisbon": [
+        {"id": "alfama-inn", "hotel": "Alfama Inn", "eur_per_night": 120},
+        {"id": "tejo-suites", "hotel": "Tejo Suites", "eur_per_night": 185},
+    ],
+    "porto": [
+        {"id": "ribeira-rooms", "hotel": "Ribeira Rooms", "eur_per_night": 95},
+    ],
+}
+
+DESK_ANSWERS = {
+    "breakfast": "Breakfast is included at every hotel we book.",
+    "check-in": "Check-in is from 15:00, check-out until 11:00.",
+    "cancellation": "Bookings can be cancelled free of charge until 48 hours before arrival.",
+}
+
+
+class SearchQuery(BaseModel):
+    city: str = Field(min_length=1)
+    nights: int = Field(ge=1, le=30)
+
+
+class Offers(BaseModel):
+    city: str
+    nights: int
+    hotels: list[dict[str, Any]]
+
+
+class QuoteRequest(BaseModel):
+    hotel: str = Field(min_length=1, description="hotel name or id from the search")
+
+
+class Quote(BaseModel):
+    quote_id: str
+    hotel: str
+    city: str
+    nights: int
+    total_eur: int
+
+
+class BookingRequest(BaseModel):
+    quote_id: str = Field(min_length=1)
+
+
+class Booking(BaseModel):
+    booking_id: str
+    hotel: str
+    city: str
+    nights: int
+    total_eur: int
+
+
+class DeskQuestion(BaseModel):
+    topic: str
+
+
+class DeskAnswer(BaseModel):
+    answer: str
+
+
+def _nights(n: int) -> str:
+    return f"{n} night" if n == 1 else f"{n} nights"
+
+
+async def search(context: CapabilityContext, query: SearchQuery) -> Completed | Failed:
+    hotels = HOTELS.get(query.city.strip().lower())
+    if not hotels:
+        return Failed(f"I have no hotels in {query.city} yet.")
+    offers = Offers(city=query.city.title(), nights=query.nights, hotels=hotels)
+    names = ", ".join(f"{h['hotel']} ({h['eur_per_night']} EUR/night)" for h in hotels)
+    return Completed(
+        output=offers,
+        facts=(ProducedFact("offers@1", offers.model_dump(mode="json")),),
+        text=f"In {offers.city} for {_nights(query.nights)}: {names}.",
+        source="hotel-catalogue",
+    )
+
+
+async def quote(
+    context: CapabilityContext, request: QuoteRequest
+) -> Completed | NeedsDependency | Failed:
+    fact = context.fact("offers@1")
+    if fact is None or not isinstance(fact.value, dict):
+        return NeedsDependency("offers@1", reason="search for hotels first")
+    offers = Offers.model_validate(fact.value)
+    wanted = request.hotel.strip().lower()
+    match = next((h for h in offers.hotels if wanted in (h["id"], str(h["hotel"]).lower())), None)
+    if match is None:
+        return Failed(f"{request.hotel} was not in the search results.")
+    total = int(match["eur_per_night"]) * offers.nights
+    result = Quote(
+        quote_id=f"Q-{match['id']}-{offers.nights}n",
+        hotel=str(match["hotel"]),
+        city=offers.city,
+        nights=offers.nights,
+        total_eur=total,
+    )
+    return Completed(
+        output=result,
+        facts=(ProducedFact("quote@1", result.model_dump(mode="json")),),
+        text=f"{result.hotel}, {_nights(result.nights)}: {total} EUR (quote {result.quote_id}).",
+        source="hotel-catalogue",
+    )
+
+
+async def book(context: CapabilityContext, request: BookingRequest) -> Completed | Failed:
+    fact = context.fact("quote@1")
+    if fact is None or not isinstance(fact.value, dict):
+        return Failed("There is no quote to book; ask me for a quote first.")
+    current = Quote.model_validate(fact.value)
+    if current.quote_id != request.quote_id:
+        return Failed("That quote is no longer the current one; ask me for a new quote.")
+    provider: FakeHotelProvider = context.ports["hotels"]
+    tenant = str(context.host_context.get("tenant", "demo"))
+    effect = await context.run_effect(
+        f"booking:{current.quote_id}",
+        lambda authority: provider.book(
+            current.model_dump(mode="json"),
+            # The provider's key namespace is global: put tenant and thread into the key.
+            idempotency_key=provider_idempotency_key(
+                authority, tenant=tenant, thread=context.turn.thread_id
+            ),
+        ),
+    )
+    booking = Booking.model_validate(effect.value)
+    return Completed(
+        output=booking,
+        facts=(ProducedFact("booking@1", booking.model_dump(mode="json")),),
+        text=(
+            f"Booked: {booking.hotel}, {_nights(booking.nights)}, {booking.total_eur} EUR "
+            f"(booking {booking.booking_id})."
+        ),
+        source="hotel-provider",
+    )
+
+
+async def desk(context: CapabilityContext, question: DeskQuestion) -> Completed:
+    answer = DESK_ANSWERS.get(question.topic, "I will ask a colleague and come back to you.")
+    return Completed(output=DeskAnswer(answer=answer), text=answer, source="desk-handbook")
+
+
+def build_agent() -> AgentDefinition:
+    """The travel desk agent; bind it with ``Kernel(ports={"hotels": FakeHotelProvider()})``."""
+    return define_agent(
+        id="travel-desk",
+        version="1.0.0",
+        description="Finds, quotes and books hotel stays.",
+        instructions="Help travellers find and book hotels. Never book without a quote.",
+        capabilities=[
+            define_capability(
+                id="hotels.search",
+                version="1.0.0",
+                description="Search hotels in a city for a number of nights.",
+                input=SearchQuery,
+                output=Offers,
+                provides=["offers@1"],
+                guidance=Guidance(when_to_use="the user looks for a place to stay"),
+                execute=search,
+            ),
+            define_capability(
+                id="hotels.quote",
+                version="1.0.0",
+                description="Quote the total price of one hotel from the search.",
+                input=QuoteRequest,
+                output=Quote,
+                requires=["offers@1"],
+                provides=["quote@1"],
+                execute=quote,
+            ),
+            define_capability(
+                id="hotels.book",
+                version="1.0.0",
+                description="Book the quoted stay.",
+                input=BookingRequest,
+                output=Booking,
+                requires=["quote@1"],
+                provides=["booking@1"],
+                effect="write",
+                confirmation="required",
+                execute=book,
+            ),
+            define_capability(
+                id="desk.faq",
+                version="1.0.0",
+                description="Answer a question about breakfast, check-in or cancellation.",
+                input=DeskQuestion,
+                output=DeskAnswer,
+                execute=desk,
+            ),
+        ],
+    )

@@ -1,0 +1,109 @@
+"""Consent bound server-side to the exact operation it was given for.
+
+Why a digest: an approval that only says "yes" can drift from what runs (the input changes, a
+fact the operation relied on is replaced). The kernel stores, with the pending operation, a
+digest of the capability id, version, validated input and the revisions of the facts it relied
+on, and recomputes it right before execution. A different digest means the user agreed to
+something else: nothing runs and the user is asked again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import JsonValue
+
+from ..contracts.checkpoint import FactRecord
+from ..contracts.codec import fingerprint
+
+__all__ = ["Approval", "ConfirmationAnswer", "consent_data", "operation_digest", "relied_on"]
+
+
+def relied_on(requires: Iterable[str], facts: Mapping[str, FactRecord]) -> dict[str, int]:
+    """Ids and revisions of the visible facts whose ``type@version`` the capability requires."""
+    wanted = set(requires)
+    return {
+        fid: f.revision for fid, f in sorted(facts.items()) if f"{f.type}@{f.version}" in wanted
+    }
+
+
+def operation_digest(
+    capability_id: str,
+    capability_version: str,
+    input_json: Mapping[str, JsonValue],
+    facts: Mapping[str, int],
+) -> str:
+    """Canonical JSON SHA-256 of exactly what a confirmation consents to."""
+    return fingerprint(
+        {
+            "capability_id": capability_id,
+            "capability_version": capability_version,
+            "input": dict(input_json),
+            "facts": dict(facts),
+        }
+    )
+
+
+def consent_data(
+    capability_id: str,
+    capability_version: str,
+    requires: Iterable[str],
+    input_json: Mapping[str, JsonValue],
+    facts: Mapping[str, FactRecord],
+) -> dict[str, JsonValue]:
+    """What a pending confirmation is bound to: the digest and the fact revisions it used."""
+    used = relied_on(requires, facts)
+    return {
+        "digest": operation_digest(capability_id, capability_version, input_json, used),
+        "relied_on": dict[str, JsonValue](used),
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Approval:
+    """The stored record of one accepted confirmation: who, when, and for what digest."""
+
+    interaction_id: str
+    agenda_item_id: str
+    capability_id: str
+    digest: str
+    actor: str | None
+    answered_at: str
+    turn_id: str
+    via: str
+    """``selection`` (a UI control) or ``text`` (interpreted by the model)."""
+
+    def to_json(self) -> dict[str, JsonValue]:
+        return {
+            "decision": "accepted",
+            "interaction_id": self.interaction_id,
+            "agenda_item_id": self.agenda_item_id,
+            "capability_id": self.capability_id,
+            "digest": self.digest,
+            "actor": self.actor,
+            "answered_at": self.answered_at,
+            "turn_id": self.turn_id,
+            "via": self.via,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ConfirmationAnswer:
+    """The answer to a capability-owned confirmation, handed back to the capability.
+
+    The capability must check it (``accepted()``) before it calls ``run_effect``; ``data`` is
+    what it returned with its ``NeedsConfirmation``.
+    """
+
+    interaction_id: str
+    option: str
+    data: Mapping[str, Any]
+    actor: str | None
+    answered_at: str
+    digest: str
+
+    def accepted(self, *options: str) -> bool:
+        """True when the chosen option is one of ``options`` (default ``"yes"``)."""
+        return self.option in (options or ("yes",))
