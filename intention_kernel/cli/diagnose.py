@@ -161,11 +161,11 @@ def diagnose(
     def human() -> None:
         state = "BLOCKED" if data["blocked"] else "not blocked"
         out.print(f"thread {thread_id}: {state}", markup=False)
-        if not data["blocked"]:
-            out.print("  nothing blocks the next turn")
         for f in data["findings"]:
             out.print(f"- {f['kind']}: {f['detail']}", markup=False)
             out.print(f"  resolve: {f['resolve']}", markup=False)
+        if not data["blocked"]:
+            out.print("nothing blocks the next turn")
 
     emit(as_json, data, human)
     if data["blocked"] or any(f["kind"] == "pending_interaction" for f in data["findings"]):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -16,11 +18,19 @@ def register(app: typer.Typer) -> None:
     app.command("outbox", context_settings=_PASS_THROUGH, add_help_option=False)(outbox)
 
 
-def demo() -> None:
-    """Run the two-minute tour of the durability contract (in memory)."""
+def demo(
+    directory: Annotated[
+        Path | None,
+        typer.Option("--dir", help="Keep demo.db here (default: a temporary directory)."),
+    ] = None,
+) -> None:
+    """Run the demo: a scripted agent on the embedded store, a lost response, a reconcile.
+
+    With --dir the store stays, so the other commands can inspect it afterwards.
+    """
     from ..demo import main
 
-    asyncio.run(main())
+    asyncio.run(main([] if directory is None else ["--dir", str(directory)]))
 
 
 def outbox(ctx: typer.Context) -> None:

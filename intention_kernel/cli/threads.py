@@ -152,7 +152,9 @@ def show(
             )
             out.print(f"  messages {cp['messages']} (+{cp['omitted_messages']} omitted)")
             for f in cp["facts"]:
-                out.print(f"  fact {f['id']}: {f['type']}@{f['version']} r{f['revision']}")
+                contract = f"{f['type']}@{f['version']}"
+                name = contract if f["id"] == contract else f"{f['id']}: {contract}"
+                out.print(f"  fact {name} r{f['revision']}", markup=False)
             for a in cp["agenda"]:
                 out.print(f"  agenda {a['id']}: {a['capability_id']} [{a['status']}]", markup=False)
             if cp["interaction"]:
@@ -172,6 +174,15 @@ def _turn_input(result: DurableTurnResult) -> str | None:
         if message.role == "user" and message.turn_id == result.turn_id:
             return message.text
     return None
+
+
+def _brief(response: Any, width: int = 160) -> str:
+    """A kernel response by its text; anything else as JSON, cut to ``width``."""
+    if isinstance(response, dict) and isinstance(response.get("text"), str):
+        text = str(response["text"])
+    else:
+        text = json.dumps(response, ensure_ascii=False)
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def turns(
@@ -206,7 +217,7 @@ def turns(
     def human() -> None:
         table = Table("revision", "turn", "input", "response")
         for t in data["turns"]:
-            response = json.dumps(t["response"], ensure_ascii=False)
+            response = _brief(t["response"])
             table.add_row(str(t["revision"]), t["turn_id"], t["input"] or "-", response)
         out.print(table)
 

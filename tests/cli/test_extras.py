@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from intention_kernel.cli import main
 
-from .support import cli
+from .support import cli, cli_json
 
 
-def test_demo_runs() -> None:
-    result = cli("demo")
+def test_demo_runs_and_leaves_a_store_to_inspect(tmp_path: Path) -> None:
+    result = cli("demo", "--dir", str(tmp_path))
     assert result.exit_code == 0, result.stderr
-    assert "never twice for one key" in result.stdout
+    assert "exactly once" in result.stdout
+    status = cli_json("status", "--store", str(tmp_path / "demo.db"))
+    assert status["turns"] >= 1 and status["threads"] >= 1
 
 
 def test_outbox_delegates_to_the_relay_command(capsys: pytest.CaptureFixture[str]) -> None:
