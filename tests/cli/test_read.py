@@ -6,6 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from intention_kernel.durability.postgres import MIGRATIONS as PG_MIGRATIONS
+from intention_kernel.durability.sqlite._schema import SCHEMA_VERSION as SQLITE_VERSION
+
 from .conftest import Seeded
 from .support import cli, cli_json, sql
 
@@ -94,7 +97,7 @@ def test_events_with_delivery_state(sqlite_seeded: Seeded) -> None:
     assert status == {
         "backend": "sqlite",
         "dead_events": 1,
-        "schema_version": 1,
+        "schema_version": SQLITE_VERSION,
         "threads": 3,
         "turns": 3,
         "uncertain_receipts": 1,
@@ -147,15 +150,17 @@ def test_migrate_dry_run_then_apply(empty: Seeded) -> None:
         missing = cli("status", "--store", store)
         assert missing.exit_code == 3 and "[STORE_SCHEMA_MISSING]" in missing.stderr
         assert "intention-kernel migrate" in missing.stderr
+    latest = SQLITE_VERSION if empty.backend == "sqlite" else len(PG_MIGRATIONS)
+    names = [f"{n}: schema version {n}" for n in range(1, latest + 1)]
     dry = cli_json("migrate", "--store", store, "--dry-run")
-    assert dry["pending"] == ["1: schema version 1"] and dry["version"] == 0
+    assert dry["pending"] == names and dry["version"] == 0
     assert empty.path is None or not empty.path.exists()
     human = cli("migrate", "--store", store, "--dry-run")
-    assert "would apply 1 migration" in human.stdout
+    assert f"would apply {latest} migration" in human.stdout
     applied = cli_json("migrate", "--store", store)
-    assert applied["applied"] == ["1: schema version 1"] and applied["version"] == 1
+    assert applied["applied"] == names and applied["version"] == latest
     again = cli("migrate", "--store", store)
-    assert again.exit_code == 0 and "up to date (version 1)" in again.stdout
+    assert again.exit_code == 0 and f"up to date (version {latest})" in again.stdout
     status = cli_json("status", "--store", store)
     assert status["threads"] == 0 and status["backend"] == empty.backend.replace(
         "postgres", "postgresql"
