@@ -126,7 +126,7 @@ def reconcile(
     actor: Annotated[str, typer.Option("--actor", help="Who decided (audit log).")] = "",
     as_json: JsonOpt = False,
 ) -> None:
-    """Resolve an uncertain receipt; recorded in the audit log (``receipts --history``)."""
+    """Resolve an uncertain receipt; recorded in the audit log (see receipts --history)."""
 
     async def body() -> dict[str, Any]:
         if completed == not_applied:
