@@ -134,7 +134,7 @@ def diagnose(
                     "dead_events",
                     False,
                     f"{len(dead)} outbox event(s) were given up after repeated failures"
-                    f" (positions {dead[:10]}).",
+                    f" (positions {dead[:10]}); later events of this thread wait behind them.",
                     f"fix the sink, then: intention-kernel outbox requeue {store_arg}"
                     f" --thread-id {q(thread_id)}",
                 )

@@ -19,16 +19,22 @@ events that are neither delivered nor dead, where each returned event ``e``:
 * is not claimed by a live claim (any relay, including this one; an expired claim counts as no
   claim, so a killed relay's events come back after ``lease`` seconds with the same event id);
 * is due (``next attempt time <= now``, or never failed);
-* has no earlier event of its thread (lower position) that is neither delivered nor dead, unless
-  that earlier event is returned in the same batch. So a batch holds, per thread, a prefix of the
-  thread's undelivered sequence; an event that is backing off, or claimed by another relay, holds
-  back the later events of its own thread only. Dead events do not hold their thread back.
+* has no earlier undelivered event of its thread (lower position), unless that earlier event is
+  returned in the same batch. So a batch holds, per thread, a prefix of the thread's undelivered
+  sequence; an event that is backing off, claimed by another relay **or dead** holds back the
+  later events of its own thread only (other threads keep flowing).
+
+Dead events keep holding their thread back because delivery is promised in order per thread: a
+consumer must never see a thread's later event before an earlier one. A dead event stays visible
+(``dead_letters``, ``OutboxStats.dead`` and ``blocked_threads``) until an operator re-queues it;
+being the thread's earliest undelivered event, it is then claimed first and the thread resumes
+in order.
 
 The returned events are claimed by ``relay_id`` until ``now + lease``. Two relays never hold a
 live claim on the same event. PostgreSQL can implement ``claim`` with a short transaction over
 ``FOR UPDATE SKIP LOCKED`` on the candidates plus claim columns (``claimed_by``,
-``claimed_until``), excluding threads that have an earlier undelivered, non-dead row that is not
-a candidate; SQLite (one writer) with one ``BEGIN IMMEDIATE`` transaction.
+``claimed_until``), excluding threads that have an earlier undelivered row (dead ones included)
+that is not a candidate; SQLite (one writer) with one ``BEGIN IMMEDIATE`` transaction.
 
 **After publishing**, the relay calls ``mark_delivered`` only for events the sink acknowledged,
 ``record_failure`` for the first failed event of a thread, and ``release`` for the rest of that
@@ -62,6 +68,8 @@ class OutboxStats:
     """Delivered events not yet pruned."""
     oldest_pending_age: float | None
     """Seconds since the oldest pending event occurred (``None`` when nothing is pending)."""
+    blocked_threads: int = 0
+    """Threads held back by a dead event (their later events wait for ``requeue``)."""
 
 
 @runtime_checkable

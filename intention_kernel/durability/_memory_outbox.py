@@ -102,11 +102,12 @@ class MemoryOutboxSource:
         )
 
     def _advance_floor(self) -> int:
-        """Skip the prefix of positions that are delivered, dead or pruned."""
+        """Skip the prefix of positions that are delivered or pruned (a dead event stays in
+        view: it holds back its thread)."""
         floor = self.store.relay_floor
         while floor <= len(self.store.outbox):
             state = self._delivery(floor)
-            if state is not None and not state.done:
+            if state is not None and state.delivered_at is None:
                 break
             floor += 1
         self.store.relay_floor = floor
@@ -127,10 +128,10 @@ class MemoryOutboxSource:
             if len(chosen) >= limit:
                 break
             state = self._delivery(position)
-            if state is None or state.done or state.thread_id in held_back:
+            if state is None or state.delivered_at is not None or state.thread_id in held_back:
                 continue
             due = state.next_attempt_at is None or state.next_attempt_at <= now
-            if state.claimed(now) or not due:
+            if state.dead or state.claimed(now) or not due:
                 held_back.add(state.thread_id)
                 continue
             chosen.append(position)
@@ -238,6 +239,7 @@ class MemoryOutboxSource:
     async def outbox_stats(self) -> OutboxStats:
         now = self._now()
         pending = claimed = dead = delivered = 0
+        blocked: set[str] = set()
         oldest: datetime | None = None
         for position in range(1, len(self.store.outbox) + 1):
             state = self._delivery(position)
@@ -247,13 +249,14 @@ class MemoryOutboxSource:
                 delivered += 1
             elif state.dead:
                 dead += 1
+                blocked.add(state.thread_id)
             else:
                 pending += 1
                 claimed += state.claimed(now)
                 if oldest is None or state.occurred_at < oldest:
                     oldest = state.occurred_at
         age = None if oldest is None else max(0.0, (now - oldest).total_seconds())
-        return OutboxStats(pending, claimed, dead, delivered, age)
+        return OutboxStats(pending, claimed, dead, delivered, age, blocked_threads=len(blocked))
 
     def _delivery_at(self, position: int) -> Delivery | None:
         if not isinstance(position, int) or not 1 <= position <= len(self.store.outbox):

@@ -1,4 +1,5 @@
-"""Test-only crash points at the named moments of the turn and effect lifecycle.
+"""Test-only crash points at the named moments of the turn and effect lifecycle, and of the
+outbox relay's batch (``RelayCrashPoint``).
 
 A no-op unless a hook is installed. Fault tests install a hook in a real worker process to
 ``SIGKILL`` or ``SIGSTOP`` it exactly at a point, or raise ``SimulatedCrash`` in-process (a
@@ -15,7 +16,9 @@ from enum import StrEnum
 from typing import Any
 
 __all__ = [
+    "AnyCrashPoint",
     "CrashPoint",
+    "RelayCrashPoint",
     "SimulatedCrash",
     "crash_hook",
     "crash_point",
@@ -40,15 +43,29 @@ class CrashPoint(StrEnum):
     AFTER_COMMIT = "after_commit"
 
 
+class RelayCrashPoint(StrEnum):
+    """Moments of one relay batch (RELIABILITY.md F17), kept apart from the turn points."""
+
+    RELAY_CLAIMED = "relay_claimed"
+    """RP1: a batch is claimed, nothing of it published yet."""
+    RELAY_ACKED = "relay_acked"
+    """RP2: the sink acknowledged a round; it is not yet marked delivered."""
+    RELAY_MARKED = "relay_marked"
+    """RP3: the round is marked delivered; the rest of the batch is still claimed."""
+
+
+AnyCrashPoint = CrashPoint | RelayCrashPoint
+
+
 class SimulatedCrash(BaseException):
     """Raised by an in-process crash hook; models the process dying at that point."""
 
 
-CrashHook = Callable[[CrashPoint, dict[str, Any]], None]
+CrashHook = Callable[[AnyCrashPoint, dict[str, Any]], None]
 _hook: CrashHook | None = None
 
 
-def crash_point(point: CrashPoint, **info: Any) -> None:
+def crash_point(point: AnyCrashPoint, **info: Any) -> None:
     hook = _hook
     if hook is not None:
         hook(point, info)
@@ -70,11 +87,11 @@ def crash_hook(hook: CrashHook) -> Iterator[None]:
         set_crash_hook(previous)
 
 
-def raise_at(point: CrashPoint, *, times: int = 1) -> CrashHook:
+def raise_at(point: AnyCrashPoint, *, times: int = 1) -> CrashHook:
     """A hook raising ``SimulatedCrash`` the first ``times`` times ``point`` is reached."""
     remaining = [times]
 
-    def hook(reached: CrashPoint, info: dict[str, Any]) -> None:
+    def hook(reached: AnyCrashPoint, info: dict[str, Any]) -> None:
         if reached is point and remaining[0] > 0:
             remaining[0] -= 1
             raise SimulatedCrash(str(point))
@@ -82,11 +99,14 @@ def raise_at(point: CrashPoint, *, times: int = 1) -> CrashHook:
     return hook
 
 
-def kill_at(point: CrashPoint, sig: int = signal.SIGKILL) -> CrashHook:
-    """A hook sending ``sig`` to this process when ``point`` is reached."""
+def kill_at(point: AnyCrashPoint, sig: int = signal.SIGKILL, *, nth: int = 1) -> CrashHook:
+    """A hook sending ``sig`` to this process the ``nth`` time ``point`` is reached."""
+    seen = [0]
 
-    def hook(reached: CrashPoint, info: dict[str, Any]) -> None:
+    def hook(reached: AnyCrashPoint, info: dict[str, Any]) -> None:
         if reached is point:
-            os.kill(os.getpid(), sig)
+            seen[0] += 1
+            if seen[0] >= nth:
+                os.kill(os.getpid(), sig)
 
     return hook

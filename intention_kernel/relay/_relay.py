@@ -10,6 +10,8 @@ Failure handling, by sink outcome:
 * ``retry``: the event's attempt is counted with backoff; its thread waits, others flow; after
   ``max_attempts`` it is dead-lettered with the last error.
 * ``reject``: dead-lettered at once with the reason.
+
+A dead event keeps its thread waiting (order per thread is promised) until ``requeue``.
 * ``unavailable``: the sink is down; the batch is released without counting attempts and the
   relay pauses with backoff (logged, counted in ``stats``), so an outage never dead-letters the
   backlog and never turns into a crash loop.
@@ -34,6 +36,7 @@ from ..contracts.events import KernelEvent, StoredEvent
 from ..contracts.ids import new_id
 from ..contracts.outbox import OutboxNotifier, OutboxSource, OutboxStats
 from ..contracts.sinks import EventSink, OutcomeKind, PublishOutcome
+from ..durability.crashpoints import RelayCrashPoint, crash_point
 from ._backoff import Backoff
 
 __all__ = ["BatchReport", "OutboxRelay", "RelayStats"]
@@ -173,6 +176,7 @@ class OutboxRelay:
         report.claimed = len(batch)
         if not batch:
             return report
+        crash_point(RelayCrashPoint.RELAY_CLAIMED, relay_id=self.relay_id, claimed=len(batch))
         self.stats.batches += 1
         queues: dict[str, deque[StoredEvent]] = {}
         for stored in batch:
@@ -234,7 +238,9 @@ class OutboxRelay:
                 report.released += await self.source.release(self.relay_id, rest)
                 self.stats.released += len(rest)
         if acked:
+            crash_point(RelayCrashPoint.RELAY_ACKED, relay_id=self.relay_id, acked=len(acked))
             await self.source.mark_delivered(self.relay_id, acked)
+            crash_point(RelayCrashPoint.RELAY_MARKED, relay_id=self.relay_id, acked=len(acked))
             report.delivered += len(acked)
             self.stats.delivered += len(acked)
             self.stats.last_delivery_at = datetime.now(UTC)

@@ -2,7 +2,8 @@
 
 Stores register their scheme here (``register_source``), so the relay command works with any
 store that implements ``OutboxSource`` without importing its driver up front. Built in:
-``memory://`` (process-local and empty: only for trying the command out).
+``memory://`` (process-local and empty: only for trying the command out) and ``sqlite:///path``
+(the SQLite adapter, imported only when such a URL is opened).
 """
 
 from __future__ import annotations
@@ -37,7 +38,19 @@ async def _open_memory(url: str) -> AsyncIterator[OutboxSource]:
         await store.close()
 
 
+@asynccontextmanager
+async def _open_sqlite(url: str) -> AsyncIterator[OutboxSource]:
+    from ..durability.sqlite import SQLiteDurability
+
+    store = await SQLiteDurability.open(url)
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
 register_source("memory", _open_memory)
+register_source("sqlite", _open_sqlite)
 
 
 def open_source(url: str) -> AbstractAsyncContextManager[OutboxSource]:

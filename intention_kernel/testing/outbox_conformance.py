@@ -247,7 +247,7 @@ class OutboxSourceConformance:
         assert (retried[0].attempts, retried[0].last_error) == (1, "broker down")
 
     @outbox_test
-    async def test_outbox_dead_letter_after_max_attempts_lets_the_thread_move_on(
+    async def test_outbox_dead_letter_after_max_attempts_holds_back_its_thread(
         self, h: OutboxHarness
     ) -> None:
         store = await h.open()
@@ -265,10 +265,41 @@ class OutboxSourceConformance:
         assert [(e.event.id, e.attempts, e.last_error, e.dead) for e in dead] == [
             (poison.event.id, 3, "boom 3", True)
         ]
-        rest = await store.claim("relay-a", limit=100, lease=30)
-        assert _keys(rest) == [("t1", "turn-1", 1)]
+        assert await store.claim("relay-a", limit=100, lease=30) == []  # in order: t1 waits
         stats = await store.outbox_stats()
-        assert (stats.dead, stats.pending, stats.claimed) == (1, 1, 1)
+        assert (stats.dead, stats.pending, stats.claimed, stats.blocked_threads) == (1, 1, 0, 1)
+
+    @outbox_test
+    async def test_outbox_dead_event_blocks_only_its_thread_and_requeue_resumes_in_order(
+        self, h: OutboxHarness
+    ) -> None:
+        store = await h.open()
+        await commit_events(store, "t1", "turn-1", 2)
+        await commit_events(store, "t2", "turn-1", 1)
+        batch = await store.claim("relay-a", limit=100, lease=30)
+        t1, t2 = _of(batch, "t1"), _of(batch, "t2")
+        dead = await store.record_failure(
+            "relay-a", t1[0].position, error="poison", retry_in=0, max_attempts=1
+        )
+        assert dead is not None and dead.dead
+        assert await store.release("relay-a", [t1[1].position]) == 1
+        await store.mark_delivered("relay-a", [e.position for e in t2])
+        await commit_events(store, "t1", "turn-2", 1)
+        await commit_events(store, "t2", "turn-2", 2)
+        # Other threads keep flowing; no later event of t1 overtakes the dead one.
+        flowing = await store.claim("relay-b", limit=100, lease=30)
+        assert _keys(flowing) == [("t2", "turn-2", 0), ("t2", "turn-2", 1)]
+        await store.mark_delivered("relay-b", [e.position for e in flowing])
+        assert await store.claim("relay-b", limit=100, lease=30) == []
+        stats = await store.outbox_stats()
+        assert (stats.dead, stats.pending, stats.blocked_threads) == (1, 2, 1)
+        assert [e.position for e in await store.dead_letters()] == [t1[0].position]
+        # Re-queued, the dead event is the thread's head again and the thread resumes in order.
+        assert await store.requeue(thread_id="t1") == 1
+        resumed = await store.claim("relay-c", limit=100, lease=30)
+        assert _keys(resumed) == [("t1", "turn-1", 0), ("t1", "turn-1", 1), ("t1", "turn-2", 0)]
+        assert (resumed[0].attempts, resumed[0].last_error, resumed[0].dead) == (0, "poison", False)
+        assert (await store.outbox_stats()).blocked_threads == 0
 
     @outbox_test
     async def test_outbox_permanent_rejection_dead_letters_at_once(self, h: OutboxHarness) -> None:
@@ -364,15 +395,17 @@ class OutboxSourceConformance:
     @outbox_test
     async def test_outbox_random_programs_keep_the_claim_rule(self, h: OutboxHarness) -> None:
         """Seeded random commits, claims by three relays, acks, failures and releases; after
-        every claim: no event is claimed twice, each thread's part is a prefix of its open
-        events, nothing backing off is returned, and something is returned when possible."""
+        every claim: no event is claimed twice, each thread's part is a prefix of its
+        undelivered events (a dead event blocks its thread), nothing backing off is returned,
+        and something is returned when possible."""
         for seed in range(h.random_programs):
             await _random_program(await h.open(), random.Random(seed), seed)
 
 
 async def _random_program(store: OutboxStore, rng: random.Random, seed: int) -> None:
     thread_of: dict[int, str] = {}
-    done: set[int] = set()  # delivered or dead
+    done: set[int] = set()  # delivered
+    dead: set[int] = set()  # dead-lettered: holds back its thread
     waiting: set[int] = set()  # failed with a long retry time
     held: dict[int, str] = {}  # live claims (long leases: none expire during the program)
     turns = 0
@@ -389,7 +422,7 @@ async def _random_program(store: OutboxStore, rng: random.Random, seed: int) -> 
         if action < 0.6 or not held:
             relay = rng.choice(relays)
             batch = await store.claim(relay, limit=rng.randint(1, 6), lease=600)
-            _check_claim(batch, thread_of, done, waiting, held, step)
+            _check_claim(batch, thread_of, done, dead, waiting, held, step)
             held.update((e.position, relay) for e in batch)
             continue
         position = rng.choice(sorted(held))
@@ -407,7 +440,7 @@ async def _random_program(store: OutboxStore, rng: random.Random, seed: int) -> 
             )
             assert failed is not None
             if failed.dead:
-                done.add(position)
+                dead.add(position)
             elif retry_in:
                 waiting.add(position)
             # Later events of the thread must not go before this one: give them back.
@@ -424,6 +457,7 @@ def _check_claim(
     batch: list[StoredEvent],
     thread_of: dict[int, str],
     done: set[int],
+    dead: set[int],
     waiting: set[int],
     held: dict[int, str],
     step: int,
@@ -434,7 +468,7 @@ def _check_claim(
     for stored in batch:
         position = stored.position
         assert position not in held, f"step {step}: {position} claimed twice"
-        assert position not in done and position not in waiting, step
+        assert position not in done and position not in dead and position not in waiting, step
         thread_id = thread_of[position]
         for earlier, owner in thread_of.items():
             if owner == thread_id and earlier < position and earlier not in done:
@@ -445,7 +479,7 @@ def _check_claim(
         thread_id = thread_of[position]
         if position in done or thread_id in blocked:
             continue
-        if position in held or position in waiting:
+        if position in held or position in waiting or position in dead:
             blocked.add(thread_id)
             continue
         claimable = True

@@ -100,7 +100,7 @@ def test_lease_held_by_another_process(seeded: Seeded) -> None:
         else:  # the lease row names the owner (host/pid/token) and its expiry
             assert f"/{holder.pid}/" in result.stdout and "expires at" in result.stdout
         data = cli_json("thread", "diagnose", "t-ok", "--store", seeded.store, code=1)
-        assert data["lease"]["held"] and data["lease"]["epoch"] >= 3
+        assert data["lease"]["held"] and data["lease"]["epoch"] >= 1
         assert data["findings"][0]["kind"] == "lease_held"
     finally:
         assert holder.stdin is not None

@@ -23,9 +23,14 @@ class SQLiteHarness(ConformanceHarness):
         return await SQLiteDurability.open(self.path, lock_timeout=lock_timeout)
 
     async def revoke_lease(self, thread_id: str) -> None:
-        # Another holder taking over bumps the epoch row; done here with a plain connection.
+        # Another holder taking over and writing moves the epoch (creating the row for a thread
+        # that never wrote), so the current holder is fenced whether or not it wrote already.
         with sqlite3.connect(self.path, isolation_level=None) as conn:
-            conn.execute("UPDATE ik_leases SET epoch = epoch + 1 WHERE thread_id = ?", (thread_id,))
+            conn.execute(
+                "INSERT INTO ik_leases (thread_id, epoch) VALUES (?, 1)"
+                " ON CONFLICT (thread_id) DO UPDATE SET epoch = epoch + 1",
+                (thread_id,),
+            )
         conn.close()
 
 

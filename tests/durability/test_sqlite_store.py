@@ -9,7 +9,13 @@ from typing import Any
 
 import pytest
 
-from intention_kernel.contracts import ConfigurationError, ErrorCode, StoreSchemaError
+from intention_kernel.contracts import (
+    ConfigurationError,
+    ErrorCode,
+    LeaseLostError,
+    StoreSchemaError,
+    TurnScope,
+)
 from intention_kernel.durability import MemoryDurability, open_durability
 from intention_kernel.durability.sqlite import SQLiteDurability
 from intention_kernel.durability.sqlite._location import check_local, filesystem_type
@@ -178,7 +184,9 @@ def test_listing_uncertain_receipts_uses_the_status_index(tmp_path: Path) -> Non
     assert not any("TEMP B-TREE" in str(row) for row in plan)
 
 
-def test_a_turn_costs_two_commits_plus_two_per_effect(tmp_path: Path) -> None:
+def test_a_turn_costs_one_commit_plus_two_per_effect(tmp_path: Path) -> None:
+    """The lease epoch moves inside the turn's first write, not in a commit of its own."""
+
     async def main() -> tuple[int, int]:
         store = await SQLiteDurability.open(tmp_path / "c.db")
         before = store.commits
@@ -195,7 +203,44 @@ def test_a_turn_costs_two_commits_plus_two_per_effect(tmp_path: Path) -> None:
         await store.close()
         return plain, one_effect
 
-    assert run(main()) == (2, 4)
+    assert run(main()) == (1, 3)
+
+
+def _take_over(path: Path, thread_id: str) -> None:
+    with sqlite3.connect(path, isolation_level=None) as conn:
+        conn.execute(
+            "INSERT INTO ik_leases (thread_id, epoch) VALUES (?, 1)"
+            " ON CONFLICT (thread_id) DO UPDATE SET epoch = epoch + 1",
+            (thread_id,),
+        )
+    conn.close()
+
+
+@pytest.mark.parametrize("earlier_turns", [0, 1])
+def test_a_takeover_after_the_first_write_fences_the_rest_of_the_turn(
+    tmp_path: Path, earlier_turns: int
+) -> None:
+    path = tmp_path / "f.db"
+
+    async def main() -> None:
+        store = await SQLiteDurability.open(path)
+        if earlier_turns:
+            await commit_simple(store, "t1", "turn-0")
+        provider = Provider()
+
+        async def operation(scope: TurnScope) -> None:
+            await scope.run_effect(effect("k1"), provider.returning(1))  # bumps the epoch
+            _take_over(path, "t1")
+            await scope.run_effect(effect("k2"), provider.returning(2))
+
+        with pytest.raises(LeaseLostError):
+            await store.with_turn("t1", "turn-1", operation)
+        assert provider.total() == 1
+        assert await store.get_receipt("t1", "payments.charge:k2") is None
+        assert await store.get_turn("t1", "turn-1") is None
+        await store.close()
+
+    run(main())
 
 
 async def _open_and_close(path: Path) -> None:

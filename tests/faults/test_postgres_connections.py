@@ -15,7 +15,7 @@ from intention_kernel.contracts import TurnScope
 from intention_kernel.contracts.errors import DurabilityError, ErrorCode, TurnConflictError
 from intention_kernel.contracts.ids import new_id
 from intention_kernel.contracts.receipts import EffectAuthority
-from intention_kernel.durability.crashpoints import CrashPoint, crash_hook
+from intention_kernel.durability.crashpoints import AnyCrashPoint, CrashPoint, crash_hook
 from intention_kernel.durability.postgres import PostgresDurability
 from intention_kernel.testing.conformance import effect, make_events, make_result
 
@@ -213,7 +213,7 @@ async def test_ambiguous_commit_is_recognised_on_retry(dsn: str, schema: str) ->
         async with opened(dsn, schema) as store:
             op = turn_op(store, provider.socket, "amb", ["k"])
 
-            def lost_ack(point: CrashPoint, info: dict[str, Any]) -> None:
+            def lost_ack(point: AnyCrashPoint, info: dict[str, Any]) -> None:
                 if point is CrashPoint.AFTER_COMMIT:
                     raise ConnectionResetError("connection lost after COMMIT")
 

@@ -116,17 +116,21 @@ async def test_poison_event_is_dead_lettered_after_n_attempts_while_others_flow(
     assert [(d.event.id, d.attempts, d.dead) for d in dead] == [(poison, 4, True)]
     assert dead[0].last_error == "[SINK_FAILED] consumer cannot parse it"
     assert sink.attempts[poison] == 4 and poison not in sink.counts
-    # Other threads flowed; the poison's thread moved on once it was dead-lettered.
+    # Other threads flowed; the poison's thread waits behind it, so it stays in order.
     delivered = first_delivery_order(sink.events)
     assert delivered["t0"] == committed["t0"] and delivered["t2"] == committed["t2"]
-    assert delivered["t1"] == [i for i in committed["t1"] if i != poison]
+    assert delivered["t1"] == committed["t1"][:1]
     assert relay.stats.dead_lettered == 1 and relay.stats.retried == 3
-    # An operator fixes the consumer and re-queues: the event goes out with the same id.
+    assert (await relay.outbox_stats()).blocked_threads == 1
+    # An operator fixes the consumer and re-queues: the event goes out with the same id, and
+    # the thread resumes in commit order.
     del sink.script[poison]
     assert await relay.requeue(thread_id="t1") == 1
     await run_until_drained(store, [OutboxRelay(store, sink, poll_interval=0.01)])
     assert sink.counts[poison] == 1
-    assert (await relay.outbox_stats()).dead == 0
+    assert first_delivery_order(sink.events) == committed
+    stats = await relay.outbox_stats()
+    assert (stats.dead, stats.blocked_threads, stats.pending) == (0, 0, 0)
 
 
 async def test_permanent_rejection_dead_letters_at_once_with_the_reason() -> None:
@@ -142,7 +146,10 @@ async def test_permanent_rejection_dead_letters_at_once_with_the_reason() -> Non
     assert [(d.event.id, d.attempts, d.last_error) for d in dead] == [
         (first, 1, "[SINK_REJECTED] HTTP 422")
     ]
-    assert (await relay.run_once()).delivered == 1
+    assert (await relay.run_once()).claimed == 0  # the thread waits behind its dead event
+    assert await relay.requeue() == 1
+    del sink.script[first]
+    assert (await relay.run_once()).delivered == 2
 
 
 async def test_sink_outage_pauses_the_relay_without_charging_attempts() -> None:
@@ -250,9 +257,13 @@ async def test_prune_through_the_relay_keeps_pending_and_dead() -> None:
     await relay.run_once()
     await relay.run_once()
     await asyncio.sleep(0.02)
-    assert await relay.prune(0.01) == 3
+    assert await relay.prune(0.01) == 2  # t1's events; t0 waits behind its dead event
     left = await store.read_outbox()
-    assert [(e.event.id, e.dead) for e in left] == [(poison, True)]
+    assert [(e.event.thread_id, e.dead, e.delivered_at) for e in left] == [
+        ("t0", True, None),
+        ("t0", False, None),
+    ]
+    assert left[0].event.id == poison
 
 
 @pytest.mark.parametrize(

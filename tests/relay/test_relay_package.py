@@ -26,8 +26,10 @@ def test_importing_the_relay_loads_no_broker_driver() -> None:
     result = _python(
         "import sys, intention_kernel, intention_kernel.relay\n"
         "from intention_kernel.relay import open_sink\n"
+        "import intention_kernel.relay.cli\n"
         "open_sink('stdout://')\n"
-        "loaded = [m for m in ('nats', 'redis', 'httpx') if m in sys.modules]\n"
+        "drivers = ('nats', 'redis', 'httpx', 'intention_kernel.durability.sqlite')\n"
+        "loaded = [m for m in drivers if m in sys.modules]\n"
         "assert not loaded, loaded\n"
     )
     assert result.returncode == 0, result.stderr

@@ -1,20 +1,23 @@
 """``SQLiteDurability``: the embedded durable store, safe across processes on one machine.
 
 Each engine primitive is one short transaction on the worker thread; none stays open while an
-operation runs. The thread lease is a ``flock`` (see ``_lease``) plus an epoch row bumped on
-acquire; every ledger write and the commit re-read the epoch inside their ``BEGIN IMMEDIATE``
-transaction (fencing).
+operation runs. The thread lease is a ``flock`` (see ``_lease``) plus an epoch row (fencing).
+Acquiring only reads the epoch ``E``; the turn's first write transaction moves it from ``E`` to
+``E + 1`` (compare-and-set) and later writes check ``E + 1``, all inside their own
+``BEGIN IMMEDIATE`` transaction. So a turn without effects costs one durable commit, and of two
+holders (a takeover) only the first to write gets on; the other gets ``LeaseLostError``.
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import JsonValue
 
@@ -45,6 +48,7 @@ from ._connection import Connection
 from ._inspect import SQLiteInspection
 from ._lease import LockFiles
 from ._location import check_local, parse_location
+from ._outbox import SQLiteOutboxSource
 
 __all__ = ["SQLiteDurability"]
 
@@ -55,14 +59,41 @@ def _micros(moment: datetime) -> int:
     return (moment - _EPOCH) // timedelta(microseconds=1)
 
 
-def _fence(conn: sqlite3.Connection, lease: Lease) -> None:
-    row = conn.execute(
-        "SELECT epoch FROM ik_leases WHERE thread_id = ?", (lease.thread_id,)
-    ).fetchone()
-    current = None if row is None else int(row[0])
-    if current != lease.epoch:
+T = TypeVar("T")
+
+
+@dataclass(slots=True)
+class _Lease(Lease):
+    """``epoch`` is the value read on acquire until the first write moved it (``bumped``)."""
+
+    bumped: bool = False
+
+
+def _read_epoch(conn: sqlite3.Connection, thread_id: str) -> int:
+    row = conn.execute("SELECT epoch FROM ik_leases WHERE thread_id = ?", (thread_id,)).fetchone()
+    return 0 if row is None else int(row[0])
+
+
+def _fence(conn: sqlite3.Connection, lease: _Lease) -> None:
+    """Inside a write transaction: take the epoch over (first write) or check it (later)."""
+    if lease.bumped:
+        changed = int(_read_epoch(conn, lease.thread_id) == lease.epoch)
+    elif lease.epoch == 0:
+        changed = conn.execute(
+            "INSERT INTO ik_leases (thread_id, epoch) VALUES (?, 1)"
+            " ON CONFLICT (thread_id) DO NOTHING",
+            (lease.thread_id,),
+        ).rowcount
+    else:
+        changed = conn.execute(
+            "UPDATE ik_leases SET epoch = epoch + 1 WHERE thread_id = ? AND epoch = ?",
+            (lease.thread_id, lease.epoch),
+        ).rowcount
+    if changed != 1:
+        current = _read_epoch(conn, lease.thread_id)
+        expected = lease.epoch if lease.bumped else lease.epoch + 1
         raise LeaseLostError(
-            context={"thread_id": lease.thread_id, "epoch": lease.epoch, "current": current}
+            context={"thread_id": lease.thread_id, "epoch": expected, "current": current}
         )
 
 
@@ -119,8 +150,9 @@ def _read_receipt(
     return decode_model(EffectReceipt, row[0], what="receipt", thread_id=thread_id)
 
 
-class SQLiteDurability(DurabilityEngine, SQLiteInspection):
-    """Durable turns in one SQLite file, shared safely by the processes of one machine.
+class SQLiteDurability(DurabilityEngine, SQLiteOutboxSource, SQLiteInspection):
+    """Durable turns in one SQLite file, shared safely by the processes of one machine, and an
+    ``OutboxSource`` for relays (see ``_outbox``) and a ``StoreInspector`` (see ``_inspect``).
 
     ``location`` is a path or a ``sqlite:///`` URL (``sqlite:////abs/path.db``). ``lock_dir``
     holds one lock file per thread (default: ``<database>.locks`` next to the file); every
@@ -181,17 +213,23 @@ class SQLiteDurability(DurabilityEngine, SQLiteInspection):
     async def _lease(self, thread_id: str) -> AsyncIterator[Lease]:
         self._locks.ensure_directory()
         async with self._locks.hold(thread_id, self.lock_timeout):
-            epoch = await self._db.write(lambda conn: self._bump_epoch(conn, thread_id))
-            yield Lease(thread_id, epoch)
+            # Read only: the first write of the turn bumps the epoch (see the module docstring).
+            epoch = await self._db.read(lambda conn: _read_epoch(conn, thread_id))
+            yield _Lease(thread_id, epoch)
 
-    @staticmethod
-    def _bump_epoch(conn: sqlite3.Connection, thread_id: str) -> int:
-        rows = conn.execute(
-            "INSERT INTO ik_leases (thread_id, epoch) VALUES (?, 1)"
-            " ON CONFLICT (thread_id) DO UPDATE SET epoch = epoch + 1 RETURNING epoch",
-            (thread_id,),
-        ).fetchall()
-        return int(rows[0][0])
+    async def _fenced_write(self, lease: Lease, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` in one write transaction behind the lease's fence."""
+        assert isinstance(lease, _Lease)
+
+        def run(conn: sqlite3.Connection) -> T:
+            _fence(conn, lease)
+            return fn(conn)
+
+        result = await self._db.write(run)
+        if not lease.bumped:  # committed: the epoch is ours now
+            lease.epoch += 1
+            lease.bumped = True
+        return result
 
     async def _load(
         self, lease: Lease, turn_id: str
@@ -205,7 +243,6 @@ class SQLiteDurability(DurabilityEngine, SQLiteInspection):
         self, lease: Lease, turn_id: str, identity: EffectIdentity
     ) -> EffectStart:
         def begin(conn: sqlite3.Connection) -> EffectStart:
-            _fence(conn, lease)
             existing = _read_receipt(conn, lease.thread_id, identity.idempotency_key)
             start = start_effect(
                 existing, identity, thread_id=lease.thread_id, turn_id=turn_id, now=self._now()
@@ -214,16 +251,12 @@ class SQLiteDurability(DurabilityEngine, SQLiteInspection):
                 self._put_receipt(conn, start.receipt)
             return start
 
-        return await self._db.write(begin)
+        return await self._fenced_write(lease, begin)
 
     async def _finish_effect(
         self, lease: Lease, receipt: EffectReceipt, value_json: str | None
     ) -> None:
-        def finish(conn: sqlite3.Connection) -> None:
-            _fence(conn, lease)
-            self._put_receipt(conn, receipt)
-
-        await self._db.write(finish)
+        await self._fenced_write(lease, lambda conn: self._put_receipt(conn, receipt))
 
     def _put_receipt(self, conn: sqlite3.Connection, receipt: EffectReceipt) -> None:
         document = encode_model(receipt, limits=self.json_limits, what="receipt")
@@ -260,7 +293,6 @@ class SQLiteDurability(DurabilityEngine, SQLiteInspection):
         revision = result.checkpoint.revision
 
         def commit(conn: sqlite3.Connection) -> None:
-            _fence(conn, lease)
             if _exists(conn, thread_id, turn_id):
                 raise _turns.already_committed(thread_id, turn_id)
             row = conn.execute(
@@ -292,7 +324,7 @@ class SQLiteDurability(DurabilityEngine, SQLiteInspection):
             )
             crash_point(CrashPoint.INSIDE_COMMIT, thread_id=thread_id, turn_id=turn_id)
 
-        await self._db.write(commit)
+        await self._fenced_write(lease, commit)
 
     async def _reconcile(
         self,

@@ -78,6 +78,19 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE INDEX ik_reconciliations_by_key"
         " ON ik_reconciliations (thread_id, idempotency_key, seq)",
     ),
+    # 2: outbox delivery state for relays (claims, retry time, delivery time as microseconds).
+    # Partial indexes keep claim, dead-letter listing and prune cheap however much delivered
+    # history is kept.
+    (
+        "ALTER TABLE ik_outbox ADD COLUMN claimed_by TEXT",
+        "ALTER TABLE ik_outbox ADD COLUMN claimed_until INTEGER",
+        "ALTER TABLE ik_outbox ADD COLUMN next_attempt_at INTEGER",
+        "ALTER TABLE ik_outbox ADD COLUMN delivered_us INTEGER",
+        "CREATE INDEX ik_outbox_open ON ik_outbox (position) WHERE delivered_at IS NULL",
+        "CREATE INDEX ik_outbox_dead ON ik_outbox (position) WHERE dead = 1",
+        "CREATE INDEX ik_outbox_delivered ON ik_outbox (delivered_us)"
+        " WHERE delivered_us IS NOT NULL",
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
