@@ -20,6 +20,13 @@ from .support import Provider, cli, cli_json, commit_turn, sql, uncertain_turn
 OLD = (datetime.now(UTC) - timedelta(days=90)).isoformat()
 
 
+def _micros(iso: str) -> int:
+    """Delivery time as the SQLite outbox stores it next to ``delivered_at``."""
+    return (datetime.fromisoformat(iso) - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(
+        microseconds=1
+    )
+
+
 @dataclass(frozen=True)
 class TurnSpec:
     old: bool
@@ -60,9 +67,16 @@ async def _build(path: Path, threads: list[list[TurnSpec]]) -> None:
                     when = OLD if long_ago else datetime.now(UTC).isoformat()
                     sql(
                         path,
-                        "UPDATE ik_outbox SET delivered_at = ?, dead = ? WHERE thread_id = ?"
-                        " AND turn_id = ? AND sequence = ?",
-                        [when if delivered else None, int(dead), thread, turn, s],
+                        "UPDATE ik_outbox SET delivered_at = ?, delivered_us = ?, dead = ?"
+                        " WHERE thread_id = ? AND turn_id = ? AND sequence = ?",
+                        [
+                            when if delivered else None,
+                            _micros(when) if delivered else None,
+                            int(dead),
+                            thread,
+                            turn,
+                            s,
+                        ],
                     )
     finally:
         await store.close()
@@ -135,7 +149,12 @@ def test_prune_command(seeded: Seeded) -> None:
     )
     events = 0
     if seeded.backend == "sqlite":  # the PostgreSQL outbox records no deliveries yet
-        seeded.execute("UPDATE ik_outbox SET delivered_at = ? WHERE turn_id = 'turn-1'", "", old)
+        seeded.execute(
+            "UPDATE ik_outbox SET delivered_at = ?, delivered_us = ? WHERE turn_id = 'turn-1'",
+            "",
+            old,
+            _micros(old.isoformat()),
+        )
         events = 2
     dry = cli("prune", "--older-than", "30d", "--store", seeded.store, "--dry-run")
     assert dry.exit_code == 0, dry.stderr

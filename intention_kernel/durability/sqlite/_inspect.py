@@ -12,7 +12,7 @@ import contextlib
 import fcntl
 import os
 import sqlite3
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -89,6 +89,10 @@ def _probe(path: Path) -> bool:
         return False
     finally:
         os.close(fd)
+
+
+def _micros(moment: datetime) -> int:
+    return (moment - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
 
 
 def _older(text: str | None, cutoff: datetime) -> bool:
@@ -205,14 +209,19 @@ class SQLiteInspection:
                 report.turns.append((thread, turn))
                 if not dry_run:
                     conn.execute("DELETE FROM ik_turns WHERE seq = ?", (seq,))
-            for position, delivered in conn.execute(
-                "SELECT position, delivered_at FROM ik_outbox"
-                " WHERE delivered_at IS NOT NULL AND dead = 0 ORDER BY position"
-            ).fetchall():
-                if _older(delivered, older_than):
-                    report.events.append(position)
-                    if not dry_run:
-                        conn.execute("DELETE FROM ik_outbox WHERE position = ?", (position,))
+            # delivered_us is set with delivered_at by the outbox source (indexed for prune).
+            report.events = [
+                int(row[0])
+                for row in conn.execute(
+                    "SELECT position FROM ik_outbox WHERE delivered_us IS NOT NULL"
+                    " AND delivered_us < ? AND dead = 0 ORDER BY position",
+                    (_micros(older_than),),
+                )
+            ]
+            if not dry_run:
+                conn.executemany(
+                    "DELETE FROM ik_outbox WHERE position = ?", [(p,) for p in report.events]
+                )
             return report
 
         if dry_run:
