@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import asdict, is_dataclass
@@ -258,7 +257,3 @@ def run(as_json: bool, body: Callable[[], Awaitable[T]]) -> T:
 
 async def _call(body: Callable[[], Awaitable[T]]) -> T:
     return await body()
-
-
-def env_flag(name: str) -> bool:
-    return os.environ.get(name, "").lower() in ("1", "true", "yes")
