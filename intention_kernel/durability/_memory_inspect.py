@@ -14,7 +14,7 @@ from ..contracts.ids import validate_thread_id
 from ..contracts.inspect import LeaseInfo, PruneReport, SchemaInfo, StoreStatus, ThreadSummary
 from ..contracts.receipts import EffectReceipt, ReceiptStatus
 from ..contracts.turns import DurableTurnResult
-from ._documents import decode_model
+from ._documents import PRUNED_TURN, decode_model, is_pruned
 from ._listing import check_limit
 
 if TYPE_CHECKING:
@@ -62,7 +62,11 @@ class MemoryInspection:
                     revision=0 if head is None else head[0],
                     head_turn_id=None if head is None else head[1],
                     fingerprint=fingerprint,
-                    turns=sum(1 for t, _ in self.store.turns if t == thread_id),
+                    turns=sum(
+                        1
+                        for (t, _), row in self.store.turns.items()
+                        if t == thread_id and not is_pruned(row.result_json)
+                    ),
                     last_commit_at=max(commits, default=None),
                     uncertain_receipts=sum(
                         1
@@ -81,7 +85,7 @@ class MemoryInspection:
         return StoreStatus(
             schema_version=0,
             threads=len(self._thread_ids()),
-            turns=len(self.store.turns),
+            turns=sum(1 for row in self.store.turns.values() if not is_pruned(row.result_json)),
             uncertain_receipts=sum(
                 1 for r in self._receipts() if r.status is ReceiptStatus.UNCERTAIN
             ),
@@ -110,7 +114,7 @@ class MemoryInspection:
         live = {(r.thread_id, r.turn_id) for r in self._receipts() if r.status in _LIVE}
         live |= {(thread, head[1]) for thread, head in self.store.heads.items()}
         for key, at in sorted(self.store.committed_at.items(), key=lambda item: item[1]):
-            if at >= older_than:
+            if at >= older_than or is_pruned(self.store.turns[key].result_json):
                 continue
             if key in live:
                 report.kept_turns += 1
@@ -124,8 +128,7 @@ class MemoryInspection:
                 report.events.append(position)
         if not dry_run:
             for key in report.turns:
-                del self.store.turns[key]
-                del self.store.committed_at[key]
+                self.store.turns[key].result_json = PRUNED_TURN
             for position in report.events:
                 self.store.outbox[position - 1] = None
                 del self.store.deliveries[position]

@@ -29,7 +29,7 @@ from ..contracts.receipts import (
 )
 from ..contracts.turns import DurableTurnResult
 from . import _turns
-from ._documents import decode_model, encode_model
+from ._documents import decode_model, decode_turn, encode_model, is_pruned
 from ._engine import DurabilityEngine, Lease, StoredTurn
 from ._ledger import EffectStart, resolve_uncertain, start_effect
 from ._listing import check_limit
@@ -87,13 +87,7 @@ class MemoryDurability(DurabilityEngine, MemoryOutboxSource, MemoryInspection):
         row = self.store.turns.get((thread_id, turn_id))
         if row is None:
             return None
-        result = decode_model(
-            DurableTurnResult,
-            row.result_json,
-            what="turn result",
-            thread_id=thread_id,
-            turn_id=turn_id,
-        )
+        result = decode_turn(row.result_json, thread_id=thread_id, turn_id=turn_id)
         return StoredTurn(result, row.fingerprint)
 
     @asynccontextmanager
@@ -227,7 +221,7 @@ class MemoryDurability(DurabilityEngine, MemoryOutboxSource, MemoryInspection):
         rows = sorted(
             (row.revision, turn_id)
             for (t, turn_id), row in self.store.turns.items()
-            if t == thread_id and row.revision > after_revision
+            if t == thread_id and row.revision > after_revision and not is_pruned(row.result_json)
         )
         results = []
         for _, turn_id in rows[:limit]:

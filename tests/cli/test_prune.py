@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from intention_kernel.durability._documents import PRUNED_TURN
 from intention_kernel.durability.sqlite import SQLiteDurability
 
 from .conftest import Seeded
@@ -84,7 +85,12 @@ async def _build(path: Path, threads: list[list[TurnSpec]]) -> None:
 
 def _snapshot(path: Path) -> dict[str, list[tuple[object, ...]]]:
     return {
-        "turns": sql(path, "SELECT thread_id, turn_id, committed_at FROM ik_turns ORDER BY 1, 2"),
+        "turns": sql(
+            path,
+            "SELECT thread_id, turn_id, committed_at FROM ik_turns WHERE result != ? ORDER BY 1, 2",
+            [PRUNED_TURN],
+        ),
+        "tombstones": sql(path, "SELECT thread_id, turn_id FROM ik_turns ORDER BY 1, 2"),
         "heads": sql(path, "SELECT * FROM ik_heads ORDER BY 1"),
         "receipts": sql(path, "SELECT * FROM ik_receipts ORDER BY 1, 2"),
         "outbox": sql(path, "SELECT position, delivered_at, dead FROM ik_outbox ORDER BY 1"),
@@ -121,6 +127,7 @@ def test_prune_never_drops_live_obligations(threads: list[list[TurnSpec]]) -> No
         assert heads <= kept_turns
         expected_gone = {(t, u) for t, u, at in before["turns"] if at == OLD} - heads
         assert set(done[0]) == expected_gone
+        assert after["tombstones"] == before["tombstones"]  # pruned turn ids still never rerun
         assert kept_turns == {(t, u) for t, u, _ in before["turns"]} - expected_gone
         kept_events = {p for p, _, _ in after["outbox"]}
         for position, delivered, dead in before["outbox"]:
@@ -198,7 +205,7 @@ async def _pg_case(dsn: str, threads: list[list[TurnSpec]]) -> None:
                     )
         turns_sql = (
             "SELECT thread_id, turn_id, committed_at < now() - interval '30 days' AS old"
-            f" FROM {s}.turns"
+            f" FROM {s}.turns WHERE result <> '{PRUNED_TURN}'"
         )
         before = {(r[0], r[1]): r[2] for r in await conn.fetch(turns_sql)}
         heads = {tuple(r) for r in await conn.fetch(f"SELECT thread_id, turn_id FROM {s}.heads")}

@@ -10,7 +10,7 @@ from typing import Any, cast
 
 import pytest
 
-from intention_kernel.contracts.errors import InvalidInputError
+from intention_kernel.contracts.errors import ErrorCode, InvalidInputError, TurnConflictError
 from intention_kernel.contracts.inspect import StoreInspector
 from intention_kernel.durability.memory import MemoryDurability
 from intention_kernel.durability.sqlite import SQLiteDurability
@@ -86,7 +86,14 @@ async def test_inspector_queries(store: Any) -> None:
     report = await store.prune_records(older_than=future, dry_run=True)
     assert report.turns == [("a", "1")] and report.kept_turns == 2
     report = await store.prune_records(older_than=future)
-    assert await store.get_turn("a", "1") is None
+    with pytest.raises(TurnConflictError) as expired:
+        await store.get_turn("a", "1")
+    assert expired.value.code == ErrorCode.TURN_EXPIRED
+    with pytest.raises(TurnConflictError) as retried:
+        await commit_turn(store, "a", "1")  # a pruned turn is never executed again
+    assert retried.value.code == ErrorCode.TURN_EXPIRED
+    assert [t.turn_id for t in await store.list_turns("a")] == ["2"]
+    assert (await store.prune_records(older_than=future)).turns == []
     assert (await store.load_checkpoint("a")) is not None
     assert (await store.store_status()).turns == 2
     with pytest.raises(InvalidInputError):

@@ -33,7 +33,7 @@ from ...contracts.receipts import (
 )
 from ...contracts.turns import DurableTurnResult
 from .. import _turns
-from .._documents import decode_model, encode_model
+from .._documents import decode_model, decode_turn, encode_model
 from .._engine import DurabilityEngine, Lease, StoredTurn
 from .._ledger import EffectStart, resolve_uncertain, start_effect
 from ..crashpoints import CrashPoint, crash_point
@@ -329,13 +329,7 @@ class PostgresDurability(PostgresReads, DurabilityEngine, PostgresInspection):
     def _stored_turn(self, row: Any, thread_id: str, turn_id: str) -> StoredTurn | None:
         if row is None or row["prior_result"] is None:
             return None
-        result = decode_model(
-            DurableTurnResult,
-            row["prior_result"],
-            what="turn result",
-            thread_id=thread_id,
-            turn_id=turn_id,
-        )
+        result = decode_turn(row["prior_result"], thread_id=thread_id, turn_id=turn_id)
         return StoredTurn(result, row["prior_fingerprint"])
 
     def _head(self, row: Any, thread_id: str) -> KernelCheckpoint | None:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from ...contracts.errors import InvalidInputError
 from ...contracts.ids import validate_thread_id
 from ...contracts.inspect import LeaseInfo, PruneReport, SchemaInfo, StoreStatus, ThreadSummary
+from .._documents import PRUNED_TURN
 from .._listing import check_limit
 from ._errors import translated
 from ._schema import MIGRATIONS
@@ -78,7 +79,8 @@ class PostgresInspection:
                           FROM {s}.turns t
                          WHERE t.thread_id = h.thread_id AND t.turn_id = h.turn_id)
                            AS fingerprint,
-                       (SELECT count(*) FROM {s}.turns t WHERE t.thread_id = c.thread_id)
+                       (SELECT count(*) FROM {s}.turns t WHERE t.thread_id = c.thread_id
+                          AND t.result <> '{PRUNED_TURN}')
                            AS turns,
                        (SELECT max(committed_at) FROM {s}.turns t
                          WHERE t.thread_id = c.thread_id) AS last_commit_at,
@@ -115,7 +117,7 @@ class PostgresInspection:
                     f"""SELECT
                       (SELECT count(*) FROM (SELECT thread_id FROM {s}.heads
                          UNION SELECT thread_id FROM {s}.receipts) ids) AS threads,
-                      (SELECT count(*) FROM {s}.turns) AS turns,
+                      (SELECT count(*) FROM {s}.turns WHERE result <> '{PRUNED_TURN}') AS turns,
                       (SELECT count(*) FROM {s}.receipts WHERE status = 'uncertain')
                          AS uncertain"""
                 )
@@ -181,9 +183,10 @@ class PostgresInspection:
                                          AND r.status IN ('uncertain', 'prepared')
                                          AND r.receipt::jsonb ->> 'turn_id' = t.turn_id)
                              AS live
-                          FROM {s}.turns t WHERE t.committed_at < $1
+                          FROM {s}.turns t WHERE t.committed_at < $1 AND t.result <> $2
                          ORDER BY t.committed_at FOR UPDATE OF t""",
                     older_than,
+                    PRUNED_TURN,
                 )
                 for r in rows:
                     if r["live"]:
@@ -201,11 +204,12 @@ class PostgresInspection:
                     ]
                 if not dry_run:
                     await conn.execute(
-                        f"DELETE FROM {s}.turns t USING unnest($1::text[], $2::text[])"
-                        " AS d(thread_id, turn_id)"
+                        f"UPDATE {s}.turns t SET result = $3"
+                        " FROM unnest($1::text[], $2::text[]) AS d(thread_id, turn_id)"
                         " WHERE t.thread_id = d.thread_id AND t.turn_id = d.turn_id",
                         [t for t, _ in report.turns],
                         [u for _, u in report.turns],
+                        PRUNED_TURN,
                     )
                     await conn.execute(
                         f"DELETE FROM {s}.outbox WHERE position = ANY($1::bigint[])",

@@ -39,7 +39,7 @@ from ...contracts.receipts import (
 )
 from ...contracts.turns import DurableTurnResult
 from .. import _turns
-from .._documents import decode_model, encode_model
+from .._documents import PRUNED_TURN, decode_model, decode_turn, encode_model
 from .._engine import DurabilityEngine, Lease, StoredTurn
 from .._ledger import EffectStart, resolve_uncertain, start_effect
 from .._listing import check_limit
@@ -105,9 +105,7 @@ def _read_turn(conn: sqlite3.Connection, thread_id: str, turn_id: str) -> Stored
     ).fetchone()
     if row is None:
         return None
-    result = decode_model(
-        DurableTurnResult, row[0], what="turn result", thread_id=thread_id, turn_id=turn_id
-    )
+    result = decode_turn(row[0], thread_id=thread_id, turn_id=turn_id)
     if result.thread_id != thread_id or result.turn_id != turn_id:
         raise CheckpointCorruptError(
             "stored turn result belongs to another turn",
@@ -390,15 +388,11 @@ class SQLiteDurability(DurabilityEngine, SQLiteOutboxSource, SQLiteInspection):
         def read(conn: sqlite3.Connection) -> list[DurableTurnResult]:
             rows = conn.execute(
                 "SELECT turn_id, CAST(result AS BLOB) FROM ik_turns"
-                " WHERE thread_id = ? AND revision > ? ORDER BY revision LIMIT ?",
-                (thread_id, int(after_revision), limit),
+                " WHERE thread_id = ? AND revision > ? AND result != ?"
+                " ORDER BY revision LIMIT ?",
+                (thread_id, int(after_revision), PRUNED_TURN, limit),
             ).fetchall()
-            return [
-                decode_model(
-                    DurableTurnResult, text, what="turn result", thread_id=thread_id, turn_id=turn
-                )
-                for turn, text in rows
-            ]
+            return [decode_turn(text, thread_id=thread_id, turn_id=turn) for turn, text in rows]
 
         return await self._db.read(read)
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from ...contracts.errors import InvalidInputError
 from ...contracts.ids import validate_thread_id
 from ...contracts.inspect import LeaseInfo, PruneReport, SchemaInfo, StoreStatus, ThreadSummary
+from .._documents import PRUNED_TURN
 from .._listing import check_limit
 from ._errors import translate_errors
 from ._location import parse_location
@@ -146,7 +147,7 @@ class SQLiteInspection:
                     "SELECT count(*) FROM (SELECT thread_id FROM ik_heads"
                     " UNION SELECT thread_id FROM ik_receipts)"
                 ),
-                turns=one("SELECT count(*) FROM ik_turns"),
+                turns=one(f"SELECT count(*) FROM ik_turns WHERE result != '{PRUNED_TURN}'"),
                 uncertain_receipts=one(
                     "SELECT count(*) FROM ik_receipts WHERE status = 'uncertain'"
                 ),
@@ -199,7 +200,9 @@ class SQLiteInspection:
             }
             live |= {tuple(row) for row in conn.execute("SELECT thread_id, turn_id FROM ik_heads")}
             for seq, thread, turn, committed in conn.execute(
-                "SELECT seq, thread_id, turn_id, committed_at FROM ik_turns ORDER BY seq"
+                "SELECT seq, thread_id, turn_id, committed_at FROM ik_turns WHERE result != ?"
+                " ORDER BY seq",
+                (PRUNED_TURN,),
             ).fetchall():
                 if not _older(committed, older_than):
                     continue
@@ -208,7 +211,7 @@ class SQLiteInspection:
                     continue
                 report.turns.append((thread, turn))
                 if not dry_run:
-                    conn.execute("DELETE FROM ik_turns WHERE seq = ?", (seq,))
+                    conn.execute("UPDATE ik_turns SET result = ? WHERE seq = ?", (PRUNED_TURN, seq))
             # delivered_us is set with delivered_at by the outbox source (indexed for prune).
             report.events = [
                 int(row[0])
@@ -238,7 +241,8 @@ def _summary(conn: sqlite3.Connection, thread_id: str) -> ThreadSummary:
         (thread_id,),
     ).fetchone()
     turns, last = conn.execute(
-        "SELECT count(*), max(committed_at) FROM ik_turns WHERE thread_id = ?", (thread_id,)
+        "SELECT count(*), max(committed_at) FROM ik_turns WHERE thread_id = ? AND result != ?",
+        (thread_id, PRUNED_TURN),
     ).fetchone()
     uncertain = conn.execute(
         "SELECT count(*) FROM ik_receipts WHERE thread_id = ? AND status = 'uncertain'",
