@@ -156,15 +156,20 @@ class PostgresDurability(PostgresReads, DurabilityEngine, PostgresInspection):
                     )
             else:
                 pool = target
-            store = cls(
-                pool,
-                schema=schema,
-                owns_pool=owns,
-                lock_timeout=lock_timeout,
-                lease_ttl=lease_ttl,
-                heartbeat_interval=heartbeat_interval,
-                json_limits=json_limits,
-            )
+            try:
+                store = cls(
+                    pool,
+                    schema=schema,
+                    owns_pool=owns,
+                    lock_timeout=lock_timeout,
+                    lease_ttl=lease_ttl,
+                    heartbeat_interval=heartbeat_interval,
+                    json_limits=json_limits,
+                )
+            except BaseException:
+                if owns:  # refused settings must not leak the pool we just opened
+                    await pool.close()
+                raise
             try:
                 if setup:
                     await store.setup()
