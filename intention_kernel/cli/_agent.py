@@ -45,14 +45,12 @@ def load_compatibility(spec: str, compatible_with: Iterable[str] = ()) -> Compat
         agent = agent()
     extra = frozenset(compatible_with)
     if isinstance(agent, CompiledAgent):
-        declared = getattr(agent, "_compat", None)
-        if isinstance(declared, Compatibility):
-            return Compatibility(
-                fingerprint=declared.fingerprint,
-                compatible_with=declared.compatible_with | extra,
-                migrations=declared.migrations,
-            )
-        return Compatibility(fingerprint=agent.fingerprint, compatible_with=extra)
+        declared = agent.compatibility
+        return Compatibility(
+            fingerprint=declared.fingerprint,
+            compatible_with=declared.compatible_with | extra,
+            migrations=declared.migrations,
+        )
     if isinstance(agent, AgentDefinition):
         _, fingerprint = compile_manifest(agent)
         return Compatibility(fingerprint=fingerprint, compatible_with=extra)
