@@ -37,7 +37,7 @@ M = TypeVar("M", bound=BaseModel)
 
 
 def encode_model(model: BaseModel, *, limits: JsonLimits = DEFAULT_LIMITS, what: str) -> str:
-    return codec.encode(model.model_dump(mode="json"), limits=limits, what=what)
+    return codec.encode(model.model_dump(mode="json"), limits=limits, what=what, json_shaped=True)
 
 
 def decode_model(cls: type[M], text: str | bytes, *, what: str, **context: Any) -> M:
