@@ -30,7 +30,7 @@ from ..contracts.receipts import (
 from ..contracts.turns import DurableTurnResult
 from . import _turns
 from ._documents import decode_model, decode_turn, encode_model, is_pruned
-from ._engine import DurabilityEngine, Lease, StoredTurn
+from ._engine import DurabilityEngine, Lease, StoredTurn, TurnCommit
 from ._ledger import EffectStart, resolve_uncertain, start_effect
 from ._listing import check_limit
 from ._memory_inspect import MemoryInspection
@@ -144,30 +144,22 @@ class MemoryDurability(DurabilityEngine, MemoryOutboxSource, MemoryInspection):
         key = (receipt.thread_id, receipt.idempotency_key)
         self.store.receipts[key] = encode_model(receipt, limits=self.json_limits, what="receipt")
 
-    async def _commit(
-        self,
-        lease: Lease,
-        *,
-        result: DurableTurnResult,
-        result_json: str,
-        events: list[KernelEvent],
-        events_json: list[str],
-        fingerprint: str | None,
-        loaded_revision: int,
-    ) -> None:
-        thread_id, turn_id = result.thread_id, result.turn_id
+    async def _commit(self, lease: Lease, commit: TurnCommit) -> None:
+        thread_id, turn_id = commit.thread_id, commit.turn_id
         self._fence(lease)
         if (thread_id, turn_id) in self.store.turns:
             raise _turns.already_committed(thread_id, turn_id)
         stored_revision = self.store.heads.get(thread_id, (0, ""))[0]
-        _turns.check_revision(loaded_revision, stored_revision, thread_id=thread_id)
+        _turns.check_revision(commit.loaded_revision, stored_revision, thread_id=thread_id)
         crash_point(CrashPoint.INSIDE_COMMIT, thread_id=thread_id, turn_id=turn_id)
         # Everything above can fail; nothing below can, so the commit is all or nothing.
-        revision = result.checkpoint.revision
-        self.store.turns[(thread_id, turn_id)] = _Turn(fingerprint, result_json, revision)
+        revision = commit.revision
+        self.store.turns[(thread_id, turn_id)] = _Turn(
+            commit.fingerprint, commit.result_json, revision
+        )
         self.store.committed_at[(thread_id, turn_id)] = self._now()
         self.store.heads[thread_id] = (revision, turn_id)
-        self.store.outbox.extend(events_json)
+        self.store.outbox.extend(commit.events_json)
 
     async def _reconcile(
         self,

@@ -24,7 +24,6 @@ from ...contracts.errors import (
     LeaseLostError,
     TurnConflictError,
 )
-from ...contracts.events import KernelEvent
 from ...contracts.receipts import (
     EffectIdentity,
     EffectReceipt,
@@ -34,7 +33,7 @@ from ...contracts.receipts import (
 from ...contracts.turns import DurableTurnResult
 from .. import _turns
 from .._documents import decode_model, decode_turn, encode_model
-from .._engine import DurabilityEngine, Lease, StoredTurn
+from .._engine import DurabilityEngine, Lease, StoredTurn, TurnCommit
 from .._ledger import EffectStart, resolve_uncertain, start_effect
 from ..crashpoints import CrashPoint, crash_point
 from . import _schema
@@ -360,19 +359,13 @@ class PostgresDurability(PostgresReads, DurabilityEngine, PostgresInspection):
             row = await self._fetchrow(self._sql.load, lease.thread_id, turn_id)
         return self._stored_turn(row, lease.thread_id, turn_id), self._head(row, lease.thread_id)
 
-    async def _commit(
-        self,
-        lease: Lease,
-        *,
-        result: DurableTurnResult,
-        result_json: str,
-        events: list[KernelEvent],
-        events_json: list[str],
-        fingerprint: str | None,
-        loaded_revision: int,
-    ) -> None:
+    async def _commit(self, lease: Lease, commit: TurnCommit) -> None:
         assert isinstance(lease, PgLease)
-        thread_id, turn_id = result.thread_id, result.turn_id
+        thread_id, turn_id, loaded_revision = (
+            commit.thread_id,
+            commit.turn_id,
+            commit.loaded_revision,
+        )
         # The commit is one statement and so its own transaction: this is its last moment
         # before COMMIT (a crash here commits nothing).
         crash_point(CrashPoint.INSIDE_COMMIT, thread_id=thread_id, turn_id=turn_id)
@@ -383,12 +376,12 @@ class PostgresDurability(PostgresReads, DurabilityEngine, PostgresInspection):
                 lease.epoch,
                 lease.owner,
                 turn_id,
-                result.checkpoint.revision,
+                commit.revision,
                 loaded_revision,
-                fingerprint,
-                result_json,
-                [e.sequence for e in events],
-                events_json,
+                commit.fingerprint,
+                commit.result_json,
+                [e.sequence for e in commit.events],
+                commit.events_json,
             )
         except DurabilityError as exc:
             cause = exc.__cause__

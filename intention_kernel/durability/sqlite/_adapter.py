@@ -40,7 +40,7 @@ from ...contracts.receipts import (
 from ...contracts.turns import DurableTurnResult
 from .. import _turns
 from .._documents import PRUNED_TURN, decode_model, decode_turn, encode_model
-from .._engine import DurabilityEngine, Lease, StoredTurn
+from .._engine import DurabilityEngine, Lease, StoredTurn, TurnCommit
 from .._ledger import EffectStart, resolve_uncertain, start_effect
 from .._listing import check_limit
 from ..crashpoints import CrashPoint, crash_point
@@ -276,21 +276,11 @@ class SQLiteDurability(DurabilityEngine, SQLiteOutboxSource, SQLiteInspection):
             ),
         )
 
-    async def _commit(
-        self,
-        lease: Lease,
-        *,
-        result: DurableTurnResult,
-        result_json: str,
-        events: list[KernelEvent],
-        events_json: list[str],
-        fingerprint: str | None,
-        loaded_revision: int,
-    ) -> None:
-        thread_id, turn_id = result.thread_id, result.turn_id
-        revision = result.checkpoint.revision
+    async def _commit(self, lease: Lease, commit: TurnCommit) -> None:
+        thread_id, turn_id, revision = commit.thread_id, commit.turn_id, commit.revision
+        loaded_revision = commit.loaded_revision
 
-        def commit(conn: sqlite3.Connection) -> None:
+        def write(conn: sqlite3.Connection) -> None:
             if _exists(conn, thread_id, turn_id):
                 raise _turns.already_committed(thread_id, turn_id)
             row = conn.execute(
@@ -302,7 +292,14 @@ class SQLiteDurability(DurabilityEngine, SQLiteOutboxSource, SQLiteInspection):
             conn.execute(
                 "INSERT INTO ik_turns (thread_id, turn_id, revision, fingerprint, result,"
                 " committed_at) VALUES (?, ?, ?, ?, ?, ?)",
-                (thread_id, turn_id, revision, fingerprint, result_json, self._now().isoformat()),
+                (
+                    thread_id,
+                    turn_id,
+                    revision,
+                    commit.fingerprint,
+                    commit.result_json,
+                    self._now().isoformat(),
+                ),
             )
             changed = conn.execute(
                 "INSERT INTO ik_heads (thread_id, revision, turn_id) VALUES (?, ?, ?)"
@@ -317,12 +314,12 @@ class SQLiteDurability(DurabilityEngine, SQLiteOutboxSource, SQLiteInspection):
                 " VALUES (?, ?, ?, ?, ?)",
                 [
                     (thread_id, turn_id, event.id, event.sequence, text)
-                    for event, text in zip(events, events_json, strict=True)
+                    for event, text in zip(commit.events, commit.events_json, strict=True)
                 ],
             )
             crash_point(CrashPoint.INSIDE_COMMIT, thread_id=thread_id, turn_id=turn_id)
 
-        await self._fenced_write(lease, commit)
+        await self._fenced_write(lease, write)
 
     async def _reconcile(
         self,
