@@ -118,11 +118,13 @@ def _nesting(raw: bytes) -> int:
     return max(accumulate(map(_DELTA.__getitem__, outside)), default=0)
 
 
-def _fast_encode(value: Any, limits: JsonLimits) -> tuple[str, Any] | None:
+def _fast_encode(value: Any, limits: JsonLimits, json_shaped: bool) -> tuple[str, Any] | None:
     """Encode in C and verify the result instead of walking ``value`` in Python.
 
-    Returns ``(text, stored form)``, or ``None`` when the value needs the precise walk (it is
-    refused there, or contains tuples that legitimately come back as lists).
+    Returns ``(text, stored form or None)``, or ``None`` when the value needs the precise walk
+    (it is refused there, or contains tuples that legitimately come back as lists).
+    ``json_shaped`` values (pydantic ``model_dump(mode="json")`` output: string keys, lists)
+    skip the round-trip comparison.
     """
     try:
         text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
@@ -133,13 +135,17 @@ def _fast_encode(value: Any, limits: JsonLimits) -> tuple[str, Any] | None:
         return None
     if text.count("[") + text.count("{") > limits.max_depth and _nesting(raw) > limits.max_depth:
         return None
+    if json_shaped:
+        return text, None
     stored = json.loads(text)
     # Equal after the round trip means: string keys only, no tuples, nothing converted.
     return (text, stored) if stored == value else None
 
 
-def _encode(value: Any, limits: JsonLimits, what: str) -> tuple[str, Any]:
-    fast = _fast_encode(value, limits)
+def _encode(
+    value: Any, limits: JsonLimits, what: str, json_shaped: bool = False
+) -> tuple[str, Any]:
+    fast = _fast_encode(value, limits, json_shaped)
     if fast is None:
         _check(value, limits, what)
         text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
@@ -155,9 +161,18 @@ def _encode(value: Any, limits: JsonLimits, what: str) -> tuple[str, Any]:
     return fast
 
 
-def encode(value: Any, *, limits: JsonLimits = DEFAULT_LIMITS, what: str = "value") -> str:
-    """Encode ``value`` as compact JSON text, or raise ``SerializationError``."""
-    return _encode(value, limits, what)[0]
+def encode(
+    value: Any,
+    *,
+    limits: JsonLimits = DEFAULT_LIMITS,
+    what: str = "value",
+    json_shaped: bool = False,
+) -> str:
+    """Encode ``value`` as compact JSON text, or raise ``SerializationError``.
+
+    Pass ``json_shaped=True`` only for output of ``model_dump(mode="json")``.
+    """
+    return _encode(value, limits, what, json_shaped)[0]
 
 
 def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

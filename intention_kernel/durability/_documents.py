@@ -12,15 +12,32 @@ from pydantic import BaseModel, ValidationError
 
 from ..contracts import codec
 from ..contracts.codec import DEFAULT_LIMITS, JsonLimits
-from ..contracts.errors import CheckpointCorruptError, SerializationError
+from ..contracts.errors import (
+    CheckpointCorruptError,
+    ErrorCode,
+    SerializationError,
+    TurnConflictError,
+)
+from ..contracts.turns import DurableTurnResult
 
-__all__ = ["decode_model", "decode_value", "encode_model"]
+__all__ = [
+    "PRUNED_TURN",
+    "decode_model",
+    "decode_turn",
+    "decode_value",
+    "encode_model",
+    "is_pruned",
+]
+
+PRUNED_TURN = '{"pruned":true}'
+"""What retention leaves in a pruned turn's result: the row stays, so the turn id is never run
+again, but its result is gone (a retry gets ``TURN_EXPIRED``)."""
 
 M = TypeVar("M", bound=BaseModel)
 
 
 def encode_model(model: BaseModel, *, limits: JsonLimits = DEFAULT_LIMITS, what: str) -> str:
-    return codec.encode(model.model_dump(mode="json"), limits=limits, what=what)
+    return codec.encode(model.model_dump(mode="json"), limits=limits, what=what, json_shaped=True)
 
 
 def decode_model(cls: type[M], text: str | bytes, *, what: str, **context: Any) -> M:
@@ -42,3 +59,20 @@ def decode_value(text: str | bytes | None, *, what: str, **context: Any) -> Any:
         raise CheckpointCorruptError(
             f"stored {what} cannot be read back", context={"what": what, **context}
         ) from exc
+
+
+def is_pruned(text: str | bytes) -> bool:
+    return (text.decode() if isinstance(text, bytes) else text).replace(" ", "") == PRUNED_TURN
+
+
+def decode_turn(text: str | bytes, *, thread_id: str, turn_id: str) -> DurableTurnResult:
+    """A stored turn result; a pruned one raises ``TURN_EXPIRED`` (never re-executed)."""
+    if is_pruned(text):
+        raise TurnConflictError(
+            "this turn was committed, but its stored result was removed by retention",
+            code=ErrorCode.TURN_EXPIRED,
+            context={"thread_id": thread_id, "turn_id": turn_id},
+        )
+    return decode_model(
+        DurableTurnResult, text, what="turn result", thread_id=thread_id, turn_id=turn_id
+    )

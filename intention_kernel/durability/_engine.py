@@ -52,7 +52,7 @@ from ._documents import encode_model
 from ._ledger import EffectAction, EffectStart, finish_receipt, uncertain_error
 from .crashpoints import CrashPoint, SimulatedCrash, crash_point
 
-__all__ = ["DurabilityEngine", "Lease", "StoredTurn", "TurnScopeImpl"]
+__all__ = ["DurabilityEngine", "Lease", "StoredTurn", "TurnCommit", "TurnScopeImpl"]
 
 T = TypeVar("T")
 
@@ -66,6 +66,30 @@ class Lease:
 
     thread_id: str
     epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class TurnCommit:
+    """Everything one turn commit writes, already validated and encoded by the engine."""
+
+    result: DurableTurnResult
+    result_json: str
+    events: list[KernelEvent]
+    events_json: list[str]
+    fingerprint: str | None
+    loaded_revision: int
+
+    @property
+    def thread_id(self) -> str:
+        return self.result.thread_id
+
+    @property
+    def turn_id(self) -> str:
+        return self.result.turn_id
+
+    @property
+    def revision(self) -> int:
+        return self.result.checkpoint.revision
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,17 +145,7 @@ class DurabilityEngine(ABC):
         """One fenced, durable write of the receipt's final state."""
 
     @abstractmethod
-    async def _commit(
-        self,
-        lease: Lease,
-        *,
-        result: DurableTurnResult,
-        result_json: str,
-        events: list[KernelEvent],
-        events_json: list[str],
-        fingerprint: str | None,
-        loaded_revision: int,
-    ) -> None:
+    async def _commit(self, lease: Lease, commit: TurnCommit) -> None:
         """One fenced, durable transaction: turn row (unique), head revision compare-and-set
         from ``loaded_revision``, outbox rows. Calls ``crash_point(INSIDE_COMMIT)`` before
         committing."""
@@ -454,12 +468,14 @@ class TurnScopeImpl:
         try:
             await engine._commit(
                 self._lease,
-                result=result,
-                result_json=result_json,
-                events=events,
-                events_json=events_json,
-                fingerprint=self._fingerprint,
-                loaded_revision=self.loaded_revision,
+                TurnCommit(
+                    result=result,
+                    result_json=result_json,
+                    events=events,
+                    events_json=events_json,
+                    fingerprint=self._fingerprint,
+                    loaded_revision=self.loaded_revision,
+                ),
             )
         except BaseException:
             self._committed = False

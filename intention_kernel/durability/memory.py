@@ -11,6 +11,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from pydantic import JsonValue
 
@@ -28,10 +29,11 @@ from ..contracts.receipts import (
 )
 from ..contracts.turns import DurableTurnResult
 from . import _turns
-from ._documents import decode_model, encode_model
-from ._engine import DurabilityEngine, Lease, StoredTurn
+from ._documents import decode_model, decode_turn, encode_model, is_pruned
+from ._engine import DurabilityEngine, Lease, StoredTurn, TurnCommit
 from ._ledger import EffectStart, resolve_uncertain, start_effect
 from ._listing import check_limit
+from ._memory_inspect import MemoryInspection
 from ._memory_outbox import Delivery, MemoryOutboxSource
 from .crashpoints import CrashPoint, crash_point
 
@@ -58,9 +60,10 @@ class MemoryStore:
     relay_floor: int = 1  # every position below is delivered, dead or pruned
     reconciliations: list[str] = field(default_factory=list)
     locks: dict[str, asyncio.Lock] = field(default_factory=dict)
+    committed_at: dict[tuple[str, str], datetime] = field(default_factory=dict)
 
 
-class MemoryDurability(DurabilityEngine, MemoryOutboxSource):
+class MemoryDurability(DurabilityEngine, MemoryOutboxSource, MemoryInspection):
     """In-process durability for tests. Implements every rule of the contract in one process,
     and ``OutboxSource`` for the relay."""
 
@@ -84,13 +87,7 @@ class MemoryDurability(DurabilityEngine, MemoryOutboxSource):
         row = self.store.turns.get((thread_id, turn_id))
         if row is None:
             return None
-        result = decode_model(
-            DurableTurnResult,
-            row.result_json,
-            what="turn result",
-            thread_id=thread_id,
-            turn_id=turn_id,
-        )
+        result = decode_turn(row.result_json, thread_id=thread_id, turn_id=turn_id)
         return StoredTurn(result, row.fingerprint)
 
     @asynccontextmanager
@@ -147,29 +144,22 @@ class MemoryDurability(DurabilityEngine, MemoryOutboxSource):
         key = (receipt.thread_id, receipt.idempotency_key)
         self.store.receipts[key] = encode_model(receipt, limits=self.json_limits, what="receipt")
 
-    async def _commit(
-        self,
-        lease: Lease,
-        *,
-        result: DurableTurnResult,
-        result_json: str,
-        events: list[KernelEvent],
-        events_json: list[str],
-        fingerprint: str | None,
-        loaded_revision: int,
-    ) -> None:
-        thread_id, turn_id = result.thread_id, result.turn_id
+    async def _commit(self, lease: Lease, commit: TurnCommit) -> None:
+        thread_id, turn_id = commit.thread_id, commit.turn_id
         self._fence(lease)
         if (thread_id, turn_id) in self.store.turns:
             raise _turns.already_committed(thread_id, turn_id)
         stored_revision = self.store.heads.get(thread_id, (0, ""))[0]
-        _turns.check_revision(loaded_revision, stored_revision, thread_id=thread_id)
+        _turns.check_revision(commit.loaded_revision, stored_revision, thread_id=thread_id)
         crash_point(CrashPoint.INSIDE_COMMIT, thread_id=thread_id, turn_id=turn_id)
         # Everything above can fail; nothing below can, so the commit is all or nothing.
-        revision = result.checkpoint.revision
-        self.store.turns[(thread_id, turn_id)] = _Turn(fingerprint, result_json, revision)
+        revision = commit.revision
+        self.store.turns[(thread_id, turn_id)] = _Turn(
+            commit.fingerprint, commit.result_json, revision
+        )
+        self.store.committed_at[(thread_id, turn_id)] = self._now()
         self.store.heads[thread_id] = (revision, turn_id)
-        self.store.outbox.extend(events_json)
+        self.store.outbox.extend(commit.events_json)
 
     async def _reconcile(
         self,
@@ -223,7 +213,7 @@ class MemoryDurability(DurabilityEngine, MemoryOutboxSource):
         rows = sorted(
             (row.revision, turn_id)
             for (t, turn_id), row in self.store.turns.items()
-            if t == thread_id and row.revision > after_revision
+            if t == thread_id and row.revision > after_revision and not is_pruned(row.result_json)
         )
         results = []
         for _, turn_id in rows[:limit]:

@@ -71,6 +71,11 @@ class CompiledAgent:
         return self._runtime.fingerprint
 
     @property
+    def compatibility(self) -> Compatibility:
+        """Which stored checkpoints this agent accepts (its own, declared ones, migrations)."""
+        return self._compat
+
+    @property
     def id(self) -> str:
         return self._runtime.definition.id
 

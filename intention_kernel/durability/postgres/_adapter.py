@@ -24,7 +24,6 @@ from ...contracts.errors import (
     LeaseLostError,
     TurnConflictError,
 )
-from ...contracts.events import KernelEvent
 from ...contracts.receipts import (
     EffectIdentity,
     EffectReceipt,
@@ -33,12 +32,13 @@ from ...contracts.receipts import (
 )
 from ...contracts.turns import DurableTurnResult
 from .. import _turns
-from .._documents import decode_model, encode_model
-from .._engine import DurabilityEngine, Lease, StoredTurn
+from .._documents import decode_model, decode_turn, encode_model
+from .._engine import DurabilityEngine, Lease, StoredTurn, TurnCommit
 from .._ledger import EffectStart, resolve_uncertain, start_effect
 from ..crashpoints import CrashPoint, crash_point
 from . import _schema
 from ._errors import retrying, translated
+from ._inspect import PostgresInspection
 from ._lease import Heartbeat, LeaseSettings, PgLease, new_owner
 from ._outbox import OutboxStatements, PostgresOutboxNotifier, PostgresOutboxSource
 from ._reads import PostgresReads
@@ -86,7 +86,11 @@ class _Opening:
 
 
 class PostgresDurability(
-    PostgresOutboxSource, PostgresOutboxNotifier, PostgresReads, DurabilityEngine
+    PostgresOutboxSource,
+    PostgresOutboxNotifier,
+    PostgresReads,
+    DurabilityEngine,
+    PostgresInspection,
 ):
     """PostgreSQL durability: lease rows with fencing, one-statement commits.
 
@@ -162,15 +166,20 @@ class PostgresDurability(
                     )
             else:
                 pool = target
-            store = cls(
-                pool,
-                schema=schema,
-                owns_pool=owns,
-                lock_timeout=lock_timeout,
-                lease_ttl=lease_ttl,
-                heartbeat_interval=heartbeat_interval,
-                json_limits=json_limits,
-            )
+            try:
+                store = cls(
+                    pool,
+                    schema=schema,
+                    owns_pool=owns,
+                    lock_timeout=lock_timeout,
+                    lease_ttl=lease_ttl,
+                    heartbeat_interval=heartbeat_interval,
+                    json_limits=json_limits,
+                )
+            except BaseException:
+                if owns:  # refused settings must not leak the pool we just opened
+                    await pool.close()
+                raise
             try:
                 if setup:
                     await store.setup()
@@ -348,13 +357,7 @@ class PostgresDurability(
     def _stored_turn(self, row: Any, thread_id: str, turn_id: str) -> StoredTurn | None:
         if row is None or row["prior_result"] is None:
             return None
-        result = decode_model(
-            DurableTurnResult,
-            row["prior_result"],
-            what="turn result",
-            thread_id=thread_id,
-            turn_id=turn_id,
-        )
+        result = decode_turn(row["prior_result"], thread_id=thread_id, turn_id=turn_id)
         return StoredTurn(result, row["prior_fingerprint"])
 
     def _head(self, row: Any, thread_id: str) -> KernelCheckpoint | None:
@@ -380,19 +383,13 @@ class PostgresDurability(
             row = await self._fetchrow(self._sql.load, lease.thread_id, turn_id)
         return self._stored_turn(row, lease.thread_id, turn_id), self._head(row, lease.thread_id)
 
-    async def _commit(
-        self,
-        lease: Lease,
-        *,
-        result: DurableTurnResult,
-        result_json: str,
-        events: list[KernelEvent],
-        events_json: list[str],
-        fingerprint: str | None,
-        loaded_revision: int,
-    ) -> None:
+    async def _commit(self, lease: Lease, commit: TurnCommit) -> None:
         assert isinstance(lease, PgLease)
-        thread_id, turn_id = result.thread_id, result.turn_id
+        thread_id, turn_id, loaded_revision = (
+            commit.thread_id,
+            commit.turn_id,
+            commit.loaded_revision,
+        )
         # The commit is one statement and so its own transaction: this is its last moment
         # before COMMIT (a crash here commits nothing).
         crash_point(CrashPoint.INSIDE_COMMIT, thread_id=thread_id, turn_id=turn_id)
@@ -403,12 +400,12 @@ class PostgresDurability(
                 lease.epoch,
                 lease.owner,
                 turn_id,
-                result.checkpoint.revision,
+                commit.revision,
                 loaded_revision,
-                fingerprint,
-                result_json,
-                [e.sequence for e in events],
-                events_json,
+                commit.fingerprint,
+                commit.result_json,
+                [e.sequence for e in commit.events],
+                commit.events_json,
             )
         except DurabilityError as exc:
             cause = exc.__cause__

@@ -12,7 +12,7 @@ from ...contracts.events import StoredEvent
 from ...contracts.ids import validate_idempotency_key, validate_thread_id, validate_turn_id
 from ...contracts.receipts import EffectReceipt, ReceiptStatus, ReconciliationRecord
 from ...contracts.turns import DurableTurnResult
-from .._documents import decode_model
+from .._documents import PRUNED_TURN, decode_model, decode_turn
 from .._listing import check_limit
 from ._outbox import stored_event
 from ._sql import Statements
@@ -47,13 +47,7 @@ class PostgresReads:
         row = await self._fetchrow(self._sql.find_turn, thread_id, turn_id)
         if row is None:
             return None
-        return decode_model(
-            DurableTurnResult,
-            row["result"],
-            what="turn result",
-            thread_id=thread_id,
-            turn_id=turn_id,
-        )
+        return decode_turn(row["result"], thread_id=thread_id, turn_id=turn_id)
 
     async def list_turns(
         self, thread_id: str, *, after_revision: int = 0, limit: int = 100
@@ -63,21 +57,14 @@ class PostgresReads:
         self._check_open()
         rows = await self._fetch(
             f'SELECT turn_id, result FROM "{self.schema}".turns'
-            " WHERE thread_id = $1 AND revision > $2 ORDER BY revision LIMIT $3",
+            " WHERE thread_id = $1 AND revision > $2 AND result <> $4"
+            " ORDER BY revision LIMIT $3",
             thread_id,
             int(after_revision),
             limit,
+            PRUNED_TURN,
         )
-        return [
-            decode_model(
-                DurableTurnResult,
-                r["result"],
-                what="turn result",
-                thread_id=thread_id,
-                turn_id=r["turn_id"],
-            )
-            for r in rows
-        ]
+        return [decode_turn(r["result"], thread_id=thread_id, turn_id=r["turn_id"]) for r in rows]
 
     async def get_receipt(self, thread_id: str, idempotency_key: str) -> EffectReceipt | None:
         validate_thread_id(thread_id)

@@ -39,12 +39,13 @@ from ...contracts.receipts import (
 )
 from ...contracts.turns import DurableTurnResult
 from .. import _turns
-from .._documents import decode_model, encode_model
-from .._engine import DurabilityEngine, Lease, StoredTurn
+from .._documents import PRUNED_TURN, decode_model, decode_turn, encode_model
+from .._engine import DurabilityEngine, Lease, StoredTurn, TurnCommit
 from .._ledger import EffectStart, resolve_uncertain, start_effect
 from .._listing import check_limit
 from ..crashpoints import CrashPoint, crash_point
 from ._connection import Connection
+from ._inspect import SQLiteInspection
 from ._lease import LockFiles
 from ._location import check_local, parse_location
 from ._outbox import SQLiteOutboxSource
@@ -104,9 +105,7 @@ def _read_turn(conn: sqlite3.Connection, thread_id: str, turn_id: str) -> Stored
     ).fetchone()
     if row is None:
         return None
-    result = decode_model(
-        DurableTurnResult, row[0], what="turn result", thread_id=thread_id, turn_id=turn_id
-    )
+    result = decode_turn(row[0], thread_id=thread_id, turn_id=turn_id)
     if result.thread_id != thread_id or result.turn_id != turn_id:
         raise CheckpointCorruptError(
             "stored turn result belongs to another turn",
@@ -149,9 +148,9 @@ def _read_receipt(
     return decode_model(EffectReceipt, row[0], what="receipt", thread_id=thread_id)
 
 
-class SQLiteDurability(DurabilityEngine, SQLiteOutboxSource):
+class SQLiteDurability(DurabilityEngine, SQLiteOutboxSource, SQLiteInspection):
     """Durable turns in one SQLite file, shared safely by the processes of one machine, and an
-    ``OutboxSource`` for relays (see ``_outbox``).
+    ``OutboxSource`` for relays (see ``_outbox``) and a ``StoreInspector`` (see ``_inspect``).
 
     ``location`` is a path or a ``sqlite:///`` URL (``sqlite:////abs/path.db``). ``lock_dir``
     holds one lock file per thread (default: ``<database>.locks`` next to the file); every
@@ -277,21 +276,11 @@ class SQLiteDurability(DurabilityEngine, SQLiteOutboxSource):
             ),
         )
 
-    async def _commit(
-        self,
-        lease: Lease,
-        *,
-        result: DurableTurnResult,
-        result_json: str,
-        events: list[KernelEvent],
-        events_json: list[str],
-        fingerprint: str | None,
-        loaded_revision: int,
-    ) -> None:
-        thread_id, turn_id = result.thread_id, result.turn_id
-        revision = result.checkpoint.revision
+    async def _commit(self, lease: Lease, commit: TurnCommit) -> None:
+        thread_id, turn_id, revision = commit.thread_id, commit.turn_id, commit.revision
+        loaded_revision = commit.loaded_revision
 
-        def commit(conn: sqlite3.Connection) -> None:
+        def write(conn: sqlite3.Connection) -> None:
             if _exists(conn, thread_id, turn_id):
                 raise _turns.already_committed(thread_id, turn_id)
             row = conn.execute(
@@ -303,7 +292,14 @@ class SQLiteDurability(DurabilityEngine, SQLiteOutboxSource):
             conn.execute(
                 "INSERT INTO ik_turns (thread_id, turn_id, revision, fingerprint, result,"
                 " committed_at) VALUES (?, ?, ?, ?, ?, ?)",
-                (thread_id, turn_id, revision, fingerprint, result_json, self._now().isoformat()),
+                (
+                    thread_id,
+                    turn_id,
+                    revision,
+                    commit.fingerprint,
+                    commit.result_json,
+                    self._now().isoformat(),
+                ),
             )
             changed = conn.execute(
                 "INSERT INTO ik_heads (thread_id, revision, turn_id) VALUES (?, ?, ?)"
@@ -318,12 +314,12 @@ class SQLiteDurability(DurabilityEngine, SQLiteOutboxSource):
                 " VALUES (?, ?, ?, ?, ?)",
                 [
                     (thread_id, turn_id, event.id, event.sequence, text)
-                    for event, text in zip(events, events_json, strict=True)
+                    for event, text in zip(commit.events, commit.events_json, strict=True)
                 ],
             )
             crash_point(CrashPoint.INSIDE_COMMIT, thread_id=thread_id, turn_id=turn_id)
 
-        await self._fenced_write(lease, commit)
+        await self._fenced_write(lease, write)
 
     async def _reconcile(
         self,
@@ -389,15 +385,11 @@ class SQLiteDurability(DurabilityEngine, SQLiteOutboxSource):
         def read(conn: sqlite3.Connection) -> list[DurableTurnResult]:
             rows = conn.execute(
                 "SELECT turn_id, CAST(result AS BLOB) FROM ik_turns"
-                " WHERE thread_id = ? AND revision > ? ORDER BY revision LIMIT ?",
-                (thread_id, int(after_revision), limit),
+                " WHERE thread_id = ? AND revision > ? AND result != ?"
+                " ORDER BY revision LIMIT ?",
+                (thread_id, int(after_revision), PRUNED_TURN, limit),
             ).fetchall()
-            return [
-                decode_model(
-                    DurableTurnResult, text, what="turn result", thread_id=thread_id, turn_id=turn
-                )
-                for turn, text in rows
-            ]
+            return [decode_turn(text, thread_id=thread_id, turn_id=turn) for turn, text in rows]
 
         return await self._db.read(read)
 

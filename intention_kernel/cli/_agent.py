@@ -1,0 +1,60 @@
+"""Load ``module:attribute`` as the deployed agent's compatibility rules.
+
+The attribute may be a ``CompiledAgent`` (its declared compatible fingerprints and migrations
+count), an ``AgentDefinition`` (only its own fingerprint is accepted, plus
+``--compatible-with``), or a function of no arguments returning either.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+from ..kernel.agent import AgentDefinition
+from ..kernel.compat import Compatibility
+from ..kernel.compile import compile_manifest
+from ..kernel.runtime import CompiledAgent
+from ._common import CliError
+
+__all__ = ["load_compatibility"]
+
+
+def _resolve(spec: str) -> object:
+    module_name, sep, attribute = spec.partition(":")
+    if not sep or not module_name or not attribute:
+        raise CliError("INVALID_AGENT", "--agent looks like package.module:attribute")
+    if str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))  # like python -m: the project's own modules
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise CliError("AGENT_NOT_FOUND", f"cannot import {module_name}: {exc}") from None
+    target: object = module
+    for part in attribute.split("."):
+        if not hasattr(target, part):
+            raise CliError("AGENT_NOT_FOUND", f"{module_name} has no attribute {attribute}")
+        target = getattr(target, part)
+    return target
+
+
+def load_compatibility(spec: str, compatible_with: Iterable[str] = ()) -> Compatibility:
+    agent = _resolve(spec)
+    if callable(agent) and not isinstance(agent, CompiledAgent | AgentDefinition | type):
+        agent = agent()
+    extra = frozenset(compatible_with)
+    if isinstance(agent, CompiledAgent):
+        declared = agent.compatibility
+        return Compatibility(
+            fingerprint=declared.fingerprint,
+            compatible_with=declared.compatible_with | extra,
+            migrations=declared.migrations,
+        )
+    if isinstance(agent, AgentDefinition):
+        _, fingerprint = compile_manifest(agent)
+        return Compatibility(fingerprint=fingerprint, compatible_with=extra)
+    raise CliError(
+        "INVALID_AGENT",
+        f"{spec} is a {type(agent).__name__}, not a CompiledAgent or an AgentDefinition",
+    )

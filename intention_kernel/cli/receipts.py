@@ -1,0 +1,155 @@
+"""``receipts`` and ``reconcile``: find uncertain writes and record what really happened.
+
+Why the operator must say ``--completed --value`` or ``--not-applied``: only someone who looked
+at the provider knows; the next turn then replays the value or retries once.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+from typing import Annotated, Any
+
+import typer
+from pydantic import JsonValue
+from rich.table import Table
+
+from ..contracts.receipts import ReceiptStatus, ReconcileOutcome
+from ._common import CliError, JsonOpt, StoreOpt, age, emit, open_store, out, run
+
+__all__ = ["register"]
+
+
+class StatusChoice(StrEnum):
+    uncertain = "uncertain"
+    prepared = "prepared"
+    completed = "completed"
+    failed = "failed"
+    all = "all"
+
+
+def register(app: typer.Typer) -> None:
+    app.command("receipts")(receipts)
+    app.command("reconcile")(reconcile)
+
+
+def receipts(
+    store: StoreOpt = None,
+    status: Annotated[StatusChoice, typer.Option(help="Receipt status.")] = StatusChoice.uncertain,
+    thread: Annotated[str | None, typer.Option("--thread", help="Only this thread.")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=1000)] = 100,
+    history: Annotated[
+        bool, typer.Option("--history", help="Show the reconciliation audit log instead.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Receipts across threads, oldest first (default: the uncertain ones to reconcile)."""
+
+    async def body() -> dict[str, Any]:
+        async with open_store(store) as opened:
+            if history:
+                return {"reconciliations": await opened.reconciliations(thread_id=thread)}
+            wanted = None if status is StatusChoice.all else ReceiptStatus(status.value)
+            rows = await opened.list_receipts(status=wanted, thread_id=thread, limit=limit)
+        return {
+            "receipts": [
+                {
+                    "thread_id": r.thread_id,
+                    "idempotency_key": r.idempotency_key,
+                    "capability_id": r.capability_id,
+                    "turn_id": r.turn_id,
+                    "status": str(r.status),
+                    "receipt_id": r.id,
+                    "attempts": r.attempts,
+                    "error": r.error,
+                    "updated_at": r.updated_at,
+                    "age": age(r.updated_at),
+                }
+                for r in rows
+            ]
+        }
+
+    data = run(as_json, body)
+
+    def human() -> None:
+        if history:
+            table = Table("recorded", "thread", "key", "outcome", "actor", "note")
+            for rec in data["reconciliations"]:
+                table.add_row(
+                    rec.recorded_at.isoformat(timespec="seconds"),
+                    rec.thread_id,
+                    rec.idempotency_key,
+                    rec.outcome,
+                    rec.actor,
+                    rec.note,
+                )
+        else:
+            table = Table("age", "thread", "capability", "key", "turn", "status")
+            for r in data["receipts"]:
+                table.add_row(
+                    r["age"],
+                    r["thread_id"],
+                    r["capability_id"],
+                    r["idempotency_key"],
+                    r["turn_id"],
+                    r["status"],
+                )
+        out.print(table)
+
+    emit(as_json, data, human)
+
+
+def parse_value(text: str | None) -> JsonValue:
+    if text is None:
+        return None
+    try:
+        value: JsonValue = json.loads(text)
+    except ValueError as exc:
+        raise CliError("INVALID_JSON", f"--value is not valid JSON: {exc}") from None
+    return value
+
+
+def reconcile(
+    thread_id: Annotated[str, typer.Argument(metavar="THREAD")],
+    key: Annotated[str, typer.Argument(metavar="KEY", help="The receipt's idempotency key.")],
+    store: StoreOpt = None,
+    completed: Annotated[
+        bool, typer.Option("--completed", help="The write happened (give --value).")
+    ] = False,
+    not_applied: Annotated[
+        bool, typer.Option("--not-applied", help="The write did not happen (a retry may run).")
+    ] = False,
+    value: Annotated[
+        str | None, typer.Option("--value", help="The provider's result, as JSON.")
+    ] = None,
+    note: Annotated[str, typer.Option("--note", help="Evidence: what you checked.")] = "",
+    actor: Annotated[str, typer.Option("--actor", help="Who decided (audit log).")] = "",
+    as_json: JsonOpt = False,
+) -> None:
+    """Resolve an uncertain receipt; recorded in the audit log (see receipts --history)."""
+
+    async def body() -> dict[str, Any]:
+        if completed == not_applied:
+            raise CliError("INVALID_OUTCOME", "give exactly one of --completed or --not-applied")
+        if not_applied and value is not None:
+            raise CliError("INVALID_OUTCOME", "--value goes with --completed only")
+        if not note.strip() or not actor.strip():
+            raise CliError("AUDIT_REQUIRED", "give --note (the evidence) and --actor (who)")
+        outcome: ReconcileOutcome = "completed" if completed else "not_applied"
+        parsed = parse_value(value)
+        async with open_store(store) as opened:
+            receipt = await opened.reconcile(
+                thread_id, key, outcome, value=parsed, note=note, actor=actor
+            )
+        return {"receipt": receipt, "outcome": outcome}
+
+    data = run(as_json, body)
+    emit(
+        as_json,
+        data,
+        lambda: out.print(
+            f"{key} on {thread_id}: now {data['receipt'].status}"
+            f" ({'the next turn replays the value' if completed else 'a retry may run once'})",
+            markup=False,
+        ),
+    )

@@ -1,0 +1,135 @@
+"""``StoreInspector`` for the test-only memory store, mixed into ``MemoryDurability``.
+
+It mirrors the SQLite rules so tests of operator tooling can run in memory; the lease is the
+thread's ``asyncio.Lock`` and has no deadline.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from ..contracts.errors import InvalidInputError
+from ..contracts.ids import validate_thread_id
+from ..contracts.inspect import LeaseInfo, PruneReport, SchemaInfo, StoreStatus, ThreadSummary
+from ..contracts.receipts import EffectReceipt, ReceiptStatus
+from ..contracts.turns import DurableTurnResult
+from ._documents import PRUNED_TURN, decode_model, is_pruned
+from ._listing import check_limit
+
+if TYPE_CHECKING:
+    from .memory import MemoryStore
+
+__all__ = ["MemoryInspection"]
+
+_LIVE = (ReceiptStatus.UNCERTAIN, ReceiptStatus.PREPARED)
+
+
+class MemoryInspection:
+    store: MemoryStore
+
+    def _receipts(self) -> list[EffectReceipt]:
+        return [
+            decode_model(EffectReceipt, text, what="receipt")
+            for text in self.store.receipts.values()
+        ]
+
+    def _thread_ids(self) -> set[str]:
+        return set(self.store.heads) | {thread for thread, _ in self.store.receipts}
+
+    async def list_threads(
+        self, *, prefix: str | None = None, after: str | None = None, limit: int = 100
+    ) -> list[ThreadSummary]:
+        check_limit(limit)
+        ids = sorted(
+            t
+            for t in self._thread_ids()
+            if t > (after or "") and (not prefix or t.startswith(prefix))
+        )[:limit]
+        receipts = self._receipts()
+        rows = []
+        for thread_id in ids:
+            head = self.store.heads.get(thread_id)
+            fingerprint = None
+            if head is not None:
+                turn = self.store.turns[(thread_id, head[1])]
+                result = decode_model(DurableTurnResult, turn.result_json, what="turn result")
+                fingerprint = result.checkpoint.agent_fingerprint
+            commits = [at for (t, _), at in self.store.committed_at.items() if t == thread_id]
+            rows.append(
+                ThreadSummary(
+                    thread_id=thread_id,
+                    revision=0 if head is None else head[0],
+                    head_turn_id=None if head is None else head[1],
+                    fingerprint=fingerprint,
+                    turns=sum(
+                        1
+                        for (t, _), row in self.store.turns.items()
+                        if t == thread_id and not is_pruned(row.result_json)
+                    ),
+                    last_commit_at=max(commits, default=None),
+                    uncertain_receipts=sum(
+                        1
+                        for r in receipts
+                        if r.thread_id == thread_id and r.status is ReceiptStatus.UNCERTAIN
+                    ),
+                )
+            )
+        return rows
+
+    async def store_status(self) -> StoreStatus:
+        deliveries = [self.store.deliveries.get(p) for p in range(1, len(self.store.outbox) + 1)]
+        live = [
+            d for p, d in enumerate(deliveries, start=1) if self.store.outbox[p - 1] is not None
+        ]
+        return StoreStatus(
+            schema_version=0,
+            threads=len(self._thread_ids()),
+            turns=sum(1 for row in self.store.turns.values() if not is_pruned(row.result_json)),
+            uncertain_receipts=sum(
+                1 for r in self._receipts() if r.status is ReceiptStatus.UNCERTAIN
+            ),
+            undelivered_events=sum(1 for d in live if d is None or not d.done),
+            dead_events=sum(1 for d in live if d is not None and d.dead),
+            backend="memory",
+        )
+
+    async def schema_info(self) -> SchemaInfo:
+        return SchemaInfo(version=0, supported=0)
+
+    async def lease_info(self, thread_id: str) -> LeaseInfo:
+        validate_thread_id(thread_id)
+        lock = self.store.locks.get(thread_id)
+        return LeaseInfo(
+            thread_id=thread_id,
+            held=lock is not None and lock.locked(),
+            epoch=self.store.epochs.get(thread_id),
+            mechanism="asyncio.Lock in this process",
+        )
+
+    async def prune_records(self, *, older_than: datetime, dry_run: bool = False) -> PruneReport:
+        if older_than.tzinfo is None:
+            raise InvalidInputError("older_than must be timezone-aware")
+        report = PruneReport(cutoff=older_than, dry_run=dry_run)
+        live = {(r.thread_id, r.turn_id) for r in self._receipts() if r.status in _LIVE}
+        live |= {(thread, head[1]) for thread, head in self.store.heads.items()}
+        for key, at in sorted(self.store.committed_at.items(), key=lambda item: item[1]):
+            if at >= older_than or is_pruned(self.store.turns[key].result_json):
+                continue
+            if key in live:
+                report.kept_turns += 1
+                continue
+            report.turns.append(key)
+        for position, state in sorted(self.store.deliveries.items()):
+            text = self.store.outbox[position - 1]
+            if text is None or state.dead or state.delivered_at is None:
+                continue
+            if state.delivered_at < older_than:
+                report.events.append(position)
+        if not dry_run:
+            for key in report.turns:
+                self.store.turns[key].result_json = PRUNED_TURN
+            for position in report.events:
+                self.store.outbox[position - 1] = None
+                del self.store.deliveries[position]
+        return report

@@ -1,0 +1,218 @@
+"""``StoreInspector`` for PostgreSQL: operator queries, lease state and retention.
+
+A mixin of ``PostgresDurability``. The lease is a row with an owner token and an expiry, so
+``lease_info`` reads who holds it and until when without touching it. Retention runs in one
+transaction; outbox events are pruned only once the outbox records deliveries.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from ...contracts.errors import InvalidInputError
+from ...contracts.ids import validate_thread_id
+from ...contracts.inspect import LeaseInfo, PruneReport, SchemaInfo, StoreStatus, ThreadSummary
+from .._documents import PRUNED_TURN
+from .._listing import check_limit
+from ._errors import translated
+from ._schema import MIGRATIONS
+
+__all__ = ["PostgresInspection", "schema_info_of"]
+
+
+def _pending(version: int) -> tuple[str, ...]:
+    return tuple(f"{n}: schema version {n}" for n in range(version + 1, len(MIGRATIONS) + 1))
+
+
+async def schema_info_of(conn: Any, schema: str) -> SchemaInfo:
+    """The version of ``schema`` read without migrating (``migrate --dry-run``)."""
+    s = f'"{schema}"'
+    with translated():
+        exists = await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", f"{s}.schema_migrations")
+        version = (
+            await conn.fetchval(f"SELECT coalesce(max(version), 0) FROM {s}.schema_migrations")
+            if exists
+            else 0
+        )
+    return SchemaInfo(version=int(version), supported=len(MIGRATIONS), pending=_pending(version))
+
+
+class PostgresInspection:
+    schema: str
+
+    if TYPE_CHECKING:
+        _pool: Any
+
+        def _check_open(self) -> None: ...
+
+    @property
+    def _s(self) -> str:
+        return f'"{self.schema}"'
+
+    async def _has_deliveries(self, conn: Any) -> bool:
+        found = await conn.fetchval(
+            "SELECT count(*) FROM information_schema.columns WHERE table_schema = $1"
+            " AND table_name = 'outbox' AND column_name IN ('delivered_at', 'dead')",
+            self.schema,
+        )
+        return int(found) == 2
+
+    async def list_threads(
+        self, *, prefix: str | None = None, after: str | None = None, limit: int = 100
+    ) -> list[ThreadSummary]:
+        check_limit(limit)
+        self._check_open()
+        s = self._s
+        with translated():
+            rows = await self._pool.fetch(
+                f"""
+                WITH ids AS (
+                    SELECT thread_id FROM {s}.heads UNION SELECT thread_id FROM {s}.receipts
+                ), chosen AS (
+                    SELECT thread_id FROM ids WHERE thread_id > $1
+                      AND ($2::text IS NULL OR starts_with(thread_id, $2))
+                    ORDER BY thread_id LIMIT $3
+                )
+                SELECT c.thread_id, h.revision, h.turn_id,
+                       (SELECT t.result::jsonb #>> '{{checkpoint,agent_fingerprint}}'
+                          FROM {s}.turns t
+                         WHERE t.thread_id = h.thread_id AND t.turn_id = h.turn_id)
+                           AS fingerprint,
+                       (SELECT count(*) FROM {s}.turns t WHERE t.thread_id = c.thread_id
+                          AND t.result <> '{PRUNED_TURN}')
+                           AS turns,
+                       (SELECT max(committed_at) FROM {s}.turns t
+                         WHERE t.thread_id = c.thread_id) AS last_commit_at,
+                       (SELECT count(*) FROM {s}.receipts r
+                         WHERE r.thread_id = c.thread_id AND r.status = 'uncertain')
+                           AS uncertain
+                  FROM chosen c LEFT JOIN {s}.heads h ON h.thread_id = c.thread_id
+                 ORDER BY c.thread_id
+                """,
+                after or "",
+                prefix or None,
+                limit,
+            )
+        return [
+            ThreadSummary(
+                thread_id=r["thread_id"],
+                revision=0 if r["revision"] is None else int(r["revision"]),
+                head_turn_id=r["turn_id"],
+                fingerprint=r["fingerprint"],
+                turns=int(r["turns"]),
+                last_commit_at=r["last_commit_at"],
+                uncertain_receipts=int(r["uncertain"]),
+            )
+            for r in rows
+        ]
+
+    async def store_status(self) -> StoreStatus:
+        self._check_open()
+        s = self._s
+        with translated():
+            async with self._pool.acquire() as conn:
+                info = await schema_info_of(conn, self.schema)
+                row = await conn.fetchrow(
+                    f"""SELECT
+                      (SELECT count(*) FROM (SELECT thread_id FROM {s}.heads
+                         UNION SELECT thread_id FROM {s}.receipts) ids) AS threads,
+                      (SELECT count(*) FROM {s}.turns WHERE result <> '{PRUNED_TURN}') AS turns,
+                      (SELECT count(*) FROM {s}.receipts WHERE status = 'uncertain')
+                         AS uncertain"""
+                )
+                if await self._has_deliveries(conn):
+                    undelivered = await conn.fetchval(
+                        f"SELECT count(*) FROM {s}.outbox WHERE delivered_at IS NULL AND NOT dead"
+                    )
+                    dead = await conn.fetchval(f"SELECT count(*) FROM {s}.outbox WHERE dead")
+                else:
+                    undelivered = await conn.fetchval(f"SELECT count(*) FROM {s}.outbox")
+                    dead = 0
+        return StoreStatus(
+            schema_version=info.version,
+            threads=int(row["threads"]),
+            turns=int(row["turns"]),
+            uncertain_receipts=int(row["uncertain"]),
+            undelivered_events=int(undelivered),
+            dead_events=int(dead),
+            backend="postgresql",
+        )
+
+    async def schema_info(self) -> SchemaInfo:
+        self._check_open()
+        async with self._pool.acquire() as conn:
+            return await schema_info_of(conn, self.schema)
+
+    async def lease_info(self, thread_id: str) -> LeaseInfo:
+        validate_thread_id(thread_id)
+        self._check_open()
+        with translated():
+            row = await self._pool.fetchrow(
+                f"SELECT owner, epoch, expires_at, expires_at > now() AS held"
+                f" FROM {self._s}.leases WHERE thread_id = $1",
+                thread_id,
+            )
+        if row is None:
+            return LeaseInfo(thread_id=thread_id, held=False, mechanism="lease row")
+        held = bool(row["held"])
+        expires: datetime | None = row["expires_at"]
+        return LeaseInfo(
+            thread_id=thread_id,
+            held=held,
+            epoch=int(row["epoch"]),
+            holder=row["owner"] if held else None,
+            expires_at=expires if held else None,
+            mechanism="lease row with expiry, renewed by the holder's heartbeat",
+        )
+
+    async def prune_records(self, *, older_than: datetime, dry_run: bool = False) -> PruneReport:
+        if older_than.tzinfo is None:
+            raise InvalidInputError("older_than must be timezone-aware")
+        self._check_open()
+        s = self._s
+        report = PruneReport(cutoff=older_than, dry_run=dry_run)
+        with translated():
+            async with self._pool.acquire() as conn, conn.transaction():
+                rows = await conn.fetch(
+                    f"""SELECT t.thread_id, t.turn_id,
+                           EXISTS (SELECT 1 FROM {s}.heads h WHERE h.thread_id = t.thread_id
+                                     AND h.turn_id = t.turn_id)
+                           OR EXISTS (SELECT 1 FROM {s}.receipts r
+                                       WHERE r.thread_id = t.thread_id
+                                         AND r.status IN ('uncertain', 'prepared')
+                                         AND r.receipt::jsonb ->> 'turn_id' = t.turn_id)
+                             AS live
+                          FROM {s}.turns t WHERE t.committed_at < $1 AND t.result <> $2
+                         ORDER BY t.committed_at FOR UPDATE OF t""",
+                    older_than,
+                    PRUNED_TURN,
+                )
+                for r in rows:
+                    if r["live"]:
+                        report.kept_turns += 1
+                    else:
+                        report.turns.append((r["thread_id"], r["turn_id"]))
+                if await self._has_deliveries(conn):
+                    report.events = [
+                        int(p)
+                        for p in await conn.fetchval(
+                            f"SELECT coalesce(array_agg(position ORDER BY position), '{{}}')"
+                            f" FROM {s}.outbox WHERE delivered_at < $1 AND NOT dead",
+                            older_than,
+                        )
+                    ]
+                if not dry_run:
+                    await conn.execute(
+                        f"UPDATE {s}.turns t SET result = $3"
+                        " FROM unnest($1::text[], $2::text[]) AS d(thread_id, turn_id)"
+                        " WHERE t.thread_id = d.thread_id AND t.turn_id = d.turn_id",
+                        [t for t, _ in report.turns],
+                        [u for _, u in report.turns],
+                        PRUNED_TURN,
+                    )
+                    await conn.execute(
+                        f"DELETE FROM {s}.outbox WHERE position = ANY($1::bigint[])",
+                        report.events,
+                    )
+        return report

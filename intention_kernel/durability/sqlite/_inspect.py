@@ -1,0 +1,259 @@
+"""``StoreInspector`` for SQLite: operator queries, lease probe and retention.
+
+Kept out of ``_adapter`` so the turn engine stays readable; mixed into ``SQLiteDurability``.
+The lease probe takes the thread's lock file with ``LOCK_SH | LOCK_NB`` and drops it at once:
+it never waits, and a holder is never disturbed (a waiting writer retries within milliseconds).
+``/proc/locks`` names the holding process on Linux.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import sqlite3
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ...contracts.errors import InvalidInputError
+from ...contracts.ids import validate_thread_id
+from ...contracts.inspect import LeaseInfo, PruneReport, SchemaInfo, StoreStatus, ThreadSummary
+from .._documents import PRUNED_TURN
+from .._listing import check_limit
+from ._errors import translate_errors
+from ._location import parse_location
+from ._schema import SCHEMA_VERSION, stored_version
+
+if TYPE_CHECKING:
+    from ._connection import Connection
+    from ._lease import LockFiles
+
+__all__ = ["SQLiteInspection", "read_schema_info"]
+
+_LIVE = ("uncertain", "prepared")
+
+
+def _pending(version: int) -> tuple[str, ...]:
+    return tuple(f"{n}: schema version {n}" for n in range(version + 1, SCHEMA_VERSION + 1))
+
+
+def read_schema_info(location: str | os.PathLike[str]) -> SchemaInfo:
+    """The schema of a database file, read without migrating (``migrate --dry-run``)."""
+    path = parse_location(location)
+    if not path.exists():
+        return SchemaInfo(version=0, supported=SCHEMA_VERSION, pending=_pending(0))
+    with translate_errors(what="open"):
+        conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)
+        try:
+            version = stored_version(conn)
+        finally:
+            conn.close()
+    return SchemaInfo(version=version, supported=SCHEMA_VERSION, pending=_pending(version))
+
+
+def _holder(path: Path) -> str | None:
+    """``pid N (command)`` of the process holding an ``flock`` on ``path``, from /proc/locks."""
+    try:
+        info = path.stat()
+        with open("/proc/locks", encoding="ascii", errors="replace") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return None
+    wanted = f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}:{info.st_ino}"
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 6 or fields[1] == "->" or fields[1] != "FLOCK":
+            continue
+        if fields[5] != wanted:
+            continue
+        pid = fields[4]
+        command = ""
+        with contextlib.suppress(OSError):
+            raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+            command = raw.replace(b"\0", b" ").decode("utf-8", "replace").strip()
+        return f"pid {pid}" + (f" ({command[:120]})" if command else "")
+    return None
+
+
+def _probe(path: Path) -> bool:
+    """True when another open file description holds the lock file."""
+    if not path.exists():
+        return False
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
+
+
+def _micros(moment: datetime) -> int:
+    return (moment - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
+
+
+def _older(text: str | None, cutoff: datetime) -> bool:
+    return text is not None and datetime.fromisoformat(text) < cutoff
+
+
+class SQLiteInspection:
+    """The ``StoreInspector`` methods of ``SQLiteDurability``."""
+
+    if TYPE_CHECKING:
+        _db: Connection
+        _locks: LockFiles
+
+        def _check_open(self) -> None: ...
+
+    async def list_threads(
+        self, *, prefix: str | None = None, after: str | None = None, limit: int = 100
+    ) -> list[ThreadSummary]:
+        check_limit(limit)
+        self._check_open()
+
+        def read(conn: sqlite3.Connection) -> list[ThreadSummary]:
+            clauses, args = ["thread_id > ?"], [after or ""]
+            if prefix:
+                clauses.append("substr(thread_id, 1, ?) = ?")
+                args += [str(len(prefix)), prefix]
+            where = " AND ".join(clauses)
+            ids = [
+                row[0]
+                for row in conn.execute(
+                    f"SELECT thread_id FROM (SELECT thread_id FROM ik_heads UNION"
+                    f" SELECT thread_id FROM ik_receipts) WHERE {where}"
+                    " ORDER BY thread_id LIMIT ?",
+                    (*args, limit),
+                )
+            ]
+            return [_summary(conn, thread_id) for thread_id in ids]
+
+        return await self._db.read(read)
+
+    async def store_status(self) -> StoreStatus:
+        self._check_open()
+
+        def read(conn: sqlite3.Connection) -> StoreStatus:
+            def one(sql: str) -> int:
+                return int(conn.execute(sql).fetchone()[0])
+
+            return StoreStatus(
+                schema_version=stored_version(conn),
+                threads=one(
+                    "SELECT count(*) FROM (SELECT thread_id FROM ik_heads"
+                    " UNION SELECT thread_id FROM ik_receipts)"
+                ),
+                turns=one(f"SELECT count(*) FROM ik_turns WHERE result != '{PRUNED_TURN}'"),
+                uncertain_receipts=one(
+                    "SELECT count(*) FROM ik_receipts WHERE status = 'uncertain'"
+                ),
+                undelivered_events=one(
+                    "SELECT count(*) FROM ik_outbox WHERE delivered_at IS NULL AND dead = 0"
+                ),
+                dead_events=one("SELECT count(*) FROM ik_outbox WHERE dead = 1"),
+                backend="sqlite",
+            )
+
+        return await self._db.read(read)
+
+    async def schema_info(self) -> SchemaInfo:
+        self._check_open()
+        version = await self._db.read(stored_version)
+        return SchemaInfo(version=version, supported=SCHEMA_VERSION, pending=_pending(version))
+
+    async def lease_info(self, thread_id: str) -> LeaseInfo:
+        validate_thread_id(thread_id)
+        self._check_open()
+        row = await self._db.read(
+            lambda conn: conn.execute(
+                "SELECT epoch FROM ik_leases WHERE thread_id = ?", (thread_id,)
+            ).fetchone()
+        )
+        path = self._locks.path_for(thread_id)
+        with translate_errors(what="lock file", thread_id=thread_id):
+            held = _probe(path)
+        return LeaseInfo(
+            thread_id=thread_id,
+            held=held,
+            epoch=None if row is None else int(row[0]),
+            holder=_holder(path) if held else None,
+            mechanism=f"flock on {path} (released when the holding process exits)",
+        )
+
+    async def prune_records(self, *, older_than: datetime, dry_run: bool = False) -> PruneReport:
+        if older_than.tzinfo is None:
+            raise InvalidInputError("older_than must be timezone-aware")
+        self._check_open()
+
+        def run(conn: sqlite3.Connection) -> PruneReport:
+            report = PruneReport(cutoff=older_than, dry_run=dry_run)
+            live = {
+                (thread, turn)
+                for thread, turn in conn.execute(
+                    "SELECT thread_id, json_extract(document, '$.turn_id') FROM ik_receipts"
+                    f" WHERE status IN {_LIVE}"
+                )
+            }
+            live |= {tuple(row) for row in conn.execute("SELECT thread_id, turn_id FROM ik_heads")}
+            for seq, thread, turn, committed in conn.execute(
+                "SELECT seq, thread_id, turn_id, committed_at FROM ik_turns WHERE result != ?"
+                " ORDER BY seq",
+                (PRUNED_TURN,),
+            ).fetchall():
+                if not _older(committed, older_than):
+                    continue
+                if (thread, turn) in live:
+                    report.kept_turns += 1
+                    continue
+                report.turns.append((thread, turn))
+                if not dry_run:
+                    conn.execute("UPDATE ik_turns SET result = ? WHERE seq = ?", (PRUNED_TURN, seq))
+            # delivered_us is set with delivered_at by the outbox source (indexed for prune).
+            report.events = [
+                int(row[0])
+                for row in conn.execute(
+                    "SELECT position FROM ik_outbox WHERE delivered_us IS NOT NULL"
+                    " AND delivered_us < ? AND dead = 0 ORDER BY position",
+                    (_micros(older_than),),
+                )
+            ]
+            if not dry_run:
+                conn.executemany(
+                    "DELETE FROM ik_outbox WHERE position = ?", [(p,) for p in report.events]
+                )
+            return report
+
+        if dry_run:
+            return await self._db.read(run)
+        return await self._db.write(run)
+
+
+def _summary(conn: sqlite3.Connection, thread_id: str) -> ThreadSummary:
+    head = conn.execute(
+        "SELECT h.revision, h.turn_id,"
+        " json_extract(t.result, '$.checkpoint.agent_fingerprint') FROM ik_heads AS h"
+        " LEFT JOIN ik_turns AS t ON t.thread_id = h.thread_id AND t.turn_id = h.turn_id"
+        " WHERE h.thread_id = ?",
+        (thread_id,),
+    ).fetchone()
+    turns, last = conn.execute(
+        "SELECT count(*), max(committed_at) FROM ik_turns WHERE thread_id = ? AND result != ?",
+        (thread_id, PRUNED_TURN),
+    ).fetchone()
+    uncertain = conn.execute(
+        "SELECT count(*) FROM ik_receipts WHERE thread_id = ? AND status = 'uncertain'",
+        (thread_id,),
+    ).fetchone()[0]
+    return ThreadSummary(
+        thread_id=thread_id,
+        revision=0 if head is None else int(head[0]),
+        head_turn_id=None if head is None else head[1],
+        fingerprint=None if head is None else head[2],
+        turns=int(turns),
+        last_commit_at=None if last is None else datetime.fromisoformat(last),
+        uncertain_receipts=int(uncertain),
+    )
