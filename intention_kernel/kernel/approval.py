@@ -93,8 +93,10 @@ class Approval:
 class ConfirmationAnswer:
     """The answer to a capability-owned confirmation, handed back to the capability.
 
-    The capability must check it (``accepted()``) before it calls ``run_effect``; ``data`` is
-    what it returned with its ``NeedsConfirmation``.
+    The kernel resumes the capability only with an accepting option (one of its
+    ``NeedsConfirmation.accept``; a declined answer is cancelled by the kernel). The capability
+    must still check it (``accepted()``) before it calls ``run_effect``; ``data`` is what it
+    returned with its ``NeedsConfirmation``.
     """
 
     interaction_id: str
@@ -103,7 +105,9 @@ class ConfirmationAnswer:
     actor: str | None
     answered_at: str
     digest: str
+    accepting: tuple[str, ...] = ("yes",)
+    """The options that give consent, as the capability declared them."""
 
     def accepted(self, *options: str) -> bool:
-        """True when the chosen option is one of ``options`` (default ``"yes"``)."""
-        return self.option in (options or ("yes",))
+        """True when the chosen option is one of ``options`` (default: the accepting ones)."""
+        return self.option in (options or self.accepting)

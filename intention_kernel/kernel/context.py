@@ -156,9 +156,11 @@ class CapabilityContext:
                 code=ErrorCode.INVALID_IDEMPOTENCY_KEY,
                 context={"capability_id": self.capability_id},
             )
-        if self.approval is None and (self._confirmation != "capability" or self.answer is None):
+        if self.approval is None and (
+            self._confirmation != "capability" or self.answer is None or not self.answer.accepted()
+        ):
             # Consent first: a kernel confirmation resumes with an approval; a capability-owned
-            # one must have asked (NeedsConfirmation) and be resumed with the user's answer.
+            # one must have asked (NeedsConfirmation) and be resumed with an accepting answer.
             raise UsageError(
                 "a write may only run after the user's confirmation",
                 code=ErrorCode.CONFIRMATION_REQUIRED,

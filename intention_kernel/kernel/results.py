@@ -69,11 +69,18 @@ class NeedsDependency:
 
 @dataclass(frozen=True, slots=True)
 class NeedsConfirmation:
-    """The capability asks for consent itself (``confirmation="capability"``)."""
+    """The capability asks for consent itself (``confirmation="capability"``).
+
+    ``accept`` names the offered options that give consent; every other option declines. A
+    declined answer is handled by the kernel (the pending item is cancelled and the capability
+    is not run again); only an accepting answer resumes the capability with ``context.answer``.
+    ``accept`` must name at least one of ``options``.
+    """
 
     prompt: str
     options: tuple[str, ...] = ("yes", "no")
     data: dict[str, JsonValue] = field(default_factory=dict)
+    accept: tuple[str, ...] = ("yes",)
     status: Literal["needs_confirmation"] = "needs_confirmation"
 
 

@@ -280,7 +280,7 @@ async def test_a_capability_owned_confirmation_gets_the_answer_and_checks_it(
     assert asked.response.interaction.prompt == "Refund 5 EUR for order 42?"
     assert payments.calls == []
     declined = await world.run("turn-2", "no")
-    assert declined.response.steps[0].reason == "The refund was not made."
+    assert declined.response.text == "Cancelled: Refund an order. Nothing was done."
     assert payments.calls == []
     await world.run("turn-3", "refund 42")
     done = await world.run("turn-4", "yes", host_context={"actor": "bob"})

@@ -114,11 +114,17 @@ def _outcome(
             data = _stored_form(dict(result.data))
         except (ValueError, TypeError, RecursionError):
             return _failed(step, "the capability's confirmation details are not storable")
+        options = tuple(result.options)
+        accept = tuple(dict.fromkeys(result.accept))
+        if not accept or any(a not in options for a in accept):
+            # Which answers consent must be known before asking: a decline is the kernel's.
+            return _failed(step, "the capability's confirmation names no valid accepting option")
         return StepOutcome(
             step=step,
             status="needs_confirmation",
             prompt=result.prompt,
-            options=result.options,
+            options=options,
+            accept=accept,
             data=data if isinstance(data, dict) else {},
             receipts=context.receipts,
         )

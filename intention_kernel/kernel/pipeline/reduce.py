@@ -157,6 +157,8 @@ def reduce_outcomes(
             if outcome.status in _ASKS and outcome.prompt:
                 data["prompt"] = outcome.prompt
                 data["options"] = list(outcome.options)
+            if outcome.status == "needs_confirmation":
+                data["accept"] = list(outcome.accept)
             item = _agenda_item(
                 outcome.step,
                 "waiting_for_fact" if outcome.status == "needs_dependency" else outcome.status,

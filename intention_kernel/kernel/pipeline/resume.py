@@ -9,11 +9,12 @@ run now. In order:
    runs or is written.
 2. A model restatement of a pending confirmable operation (same capability, same validated
    input) merges into it: never a second write, the pending interaction is shown again.
-3. The answer: a declined kernel confirmation cancels the operation; an accepted one rebuilds the
-   operation from the agenda item, recomputes its digest (capability id, version, validated
-   input, revisions of the facts it relies on) and runs it with the approval record only if the
-   digest matches; otherwise it is held again and the user is asked again. A capability-owned
-   confirmation is resumed by running the capability with the answer, which it must check.
+3. The answer: a declined confirmation (kernel-owned or capability-owned) cancels the operation
+   and nothing runs; an accepted one rebuilds the operation from the agenda item, recomputes its
+   digest (capability id, version, validated input, revisions of the facts it relies on) and
+   runs it with the approval record only if the digest matches; otherwise it is held again and
+   the user is asked again. A capability-owned confirmation is resumed only for an accepting
+   option (its ``accept``), by running the capability with the answer, which it must check.
 4. An input request is answered when this turn plans the same capability again.
 5. Steps waiting for a fact resume once the fact exists or changed since they asked, or after
    this turn's step providing it.
@@ -42,7 +43,7 @@ CHANGED = (
     "Something changed since you were asked ({what}), so I have not done it. Please confirm again."
 )
 STILL_PENDING = "That is already waiting for your confirmation."
-_KERNEL_KEYS = ("missing", "digest", "relied_on", "prompt", "options")
+_KERNEL_KEYS = ("missing", "digest", "relied_on", "prompt", "options", "accept")
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,10 +184,15 @@ def _answer(state: TurnState, plan: Plan, chosen: Chosen) -> None:
     cap = state.runtime.capabilities.get(name)
     description = (cap.description if cap else name).rstrip(".")
     kernel_owned = item.status == "awaiting_confirmation"
-    if kernel_owned and chosen.option != ACCEPT:
+    accepting = (ACCEPT,) if kernel_owned else accepting_options(item)
+    if chosen.option not in accepting:
+        # Declines are the kernel's, whoever asked: the item is cancelled and nothing runs.
         plan.decisions.append({**record, "decision": "declined"})
         plan.notes.append(f"Cancelled: {description}. Nothing was done.")
-        _audit(state, "confirmation.declined", record)
+        audit = dict(record)
+        if not kernel_owned:
+            audit["details"] = _shown(item)  # e.g. a hold the host may want to release
+        _audit(state, "confirmation.declined", audit)
         return
     step = _rebuild(state, item, f"resume-{len(plan.resolved)}")
     if step is None:
@@ -221,11 +227,29 @@ def _answer(state: TurnState, plan: Plan, chosen: Chosen) -> None:
         plan.decisions.append(step.approval.to_json())
         _audit(state, "confirmation.accepted", step.approval.to_json())
     else:
-        shown = {k: v for k, v in item.data.items() if k not in _KERNEL_KEYS}
-        step.answer = ConfirmationAnswer(interaction.id, chosen.option, shown, who, now, digest)
+        step.answer = ConfirmationAnswer(
+            interaction.id, chosen.option, _shown(item), who, now, digest, accepting
+        )
         plan.decisions.append({**record, "decision": "answered", "digest": digest})
         _audit(state, "confirmation.answered", {**record, "digest": digest})
     _first(plan, step)
+
+
+def accepting_options(item: AgendaItem) -> tuple[str, ...]:
+    """The options of a capability-owned confirmation that give consent (stored with the item).
+
+    An item stored without them (before they were recorded) accepts only ``"yes"``: anything
+    else declines, which cancels and runs nothing.
+    """
+    stored = item.data.get("accept")
+    if isinstance(stored, list) and stored:
+        return tuple(str(a) for a in stored)
+    return (ACCEPT,)
+
+
+def _shown(item: AgendaItem) -> dict[str, JsonValue]:
+    """What the capability returned with its ``NeedsConfirmation`` (without the kernel's keys)."""
+    return {k: v for k, v in item.data.items() if k not in _KERNEL_KEYS}
 
 
 def _what_changed(item: AgendaItem, now: dict[str, JsonValue]) -> str:

@@ -147,6 +147,8 @@ class StepOutcome:
     reason: str | None = None
     prompt: str | None = None
     options: tuple[str, ...] = ()
+    accept: tuple[str, ...] = ()
+    """The options of a capability-owned confirmation that give consent."""
     missing: tuple[str, ...] = ()
     data: dict[str, JsonValue] = field(default_factory=dict)
     """What a capability-owned confirmation asks about (kept for resuming it)."""
