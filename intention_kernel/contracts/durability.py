@@ -22,7 +22,8 @@ rules; ``intention_kernel.testing.conformance`` checks each one by name.
    ``EffectUncertainError``; ``EffectNotAppliedError`` records ``failed`` (a retry may run, with
    the same receipt id); any other exception, cancellation or timeout records ``uncertain``; a
    value that cannot be stored records ``uncertain``; a key bound to another capability raises
-   ``IDEMPOTENCY_KEY_COLLISION``; nested ``run_effect`` is refused.
+   ``IDEMPOTENCY_KEY_COLLISION``; nested ``run_effect`` is refused. ``scope.receipts(keys)``
+   reads the ledger's current receipts of the thread (e.g. after ``reconcile``).
 5. **Atomic commit** of result, successor checkpoint and outbox, once per scope, durably. The
    successor's revision must be the loaded revision + 1, checked against the store at commit
    time (``CHECKPOINT_REVISION_CONFLICT``).
@@ -101,6 +102,13 @@ class TurnScope(Protocol):
 
     async def commit(self, result: DurableTurnResult, outbox: Sequence[KernelEvent] = ()) -> None:
         """Atomically commit result, successor checkpoint and outbox events (rule 5)."""
+        ...
+
+    async def receipts(self, idempotency_keys: Sequence[str]) -> list[EffectReceipt]:
+        """The ledger's current receipts of this thread for these keys, in the given order,
+        skipping keys with none (a read: no lease write, no effect). The kernel calls it at the
+        start of a turn, only for the receipts its checkpoint holds as ``uncertain``, so a
+        reconciliation reaches the checkpoint's copy (and the user) on the next turn."""
         ...
 
 

@@ -170,6 +170,10 @@ class DurabilityEngine(ABC):
 
     # ---------------------------------------------------------------- public API
 
+    @abstractmethod
+    async def get_receipt(self, thread_id: str, idempotency_key: str) -> EffectReceipt | None:
+        """The ledger's receipt (``DurabilityStore.get_receipt``); used by ``receipts``."""
+
     async def with_turn(
         self,
         thread_id: str,
@@ -444,6 +448,25 @@ class TurnScopeImpl:
             return await self._engine._execute_effect(self, effect, operation)
         finally:
             self._inflight.discard(key)
+
+    async def receipts(self, idempotency_keys: Sequence[str]) -> list[EffectReceipt]:
+        """Current ledger receipts for these keys (one adapter read per distinct key)."""
+        if self._closed:
+            raise UsageError(
+                "receipts after the turn scope ended",
+                code=ErrorCode.SCOPE_CLOSED,
+                context={"thread_id": self.thread_id, "turn_id": self._turn_id},
+            )
+        if isinstance(idempotency_keys, str):
+            raise InvalidInputError(
+                "idempotency_keys must be a sequence of keys", context={"field": "idempotency_keys"}
+            )
+        found: list[EffectReceipt] = []
+        for key in dict.fromkeys(idempotency_keys):
+            receipt = await self._engine.get_receipt(self.thread_id, key)
+            if receipt is not None:
+                found.append(receipt)
+        return found
 
     async def commit(self, result: DurableTurnResult, outbox: Sequence[KernelEvent] = ()) -> None:
         self._ensure_live("commit")

@@ -1,7 +1,7 @@
 """The turn pipeline: one stage per module, run in order by ``run_pipeline``.
 
-project -> (selected answer) -> interpret -> plan -> resume -> execute -> reduce -> compose
--> commit
+receipts -> project -> (selected answer) -> interpret -> plan -> resume -> execute -> reduce
+-> compose -> commit
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from .execute import execute
 from .interpret import interpret
 from .plan import plan
 from .project import project
+from .receipts import refresh_receipts
 from .reduce import reduce
 from .resume import resume, selected_answer
 from .state import AgentRuntime, Interpretation, TurnState
@@ -22,6 +23,7 @@ __all__ = ["AgentRuntime", "TurnState", "run_pipeline"]
 
 
 async def run_pipeline(state: TurnState) -> tuple[DurableTurnResult, list[KernelEvent]]:
+    await refresh_receipts(state)  # reconciled receipts reach the checkpoint's copies
     project(state)
     chosen = selected_answer(state)  # a bad UI answer is refused before any model call
     if chosen is not None and not state.turn.text.strip():

@@ -5,7 +5,8 @@ An answer that cites unknown ids, or is malformed, gets one recomposition; after
 falls back to a safe answer built from the capabilities' canonical text. A turn that only needs a
 clarification is answered by the kernel without a model call, and so is a turn whose write has
 an unknown outcome ("being verified": a model must never word it as done) or that only resolved
-pending work (cancelled, asked again).
+pending work (cancelled, asked again). Updates about earlier work (a write reconciled since the
+last turn) are appended in the kernel's words whatever the answer's kind.
 """
 
 from __future__ import annotations
@@ -148,6 +149,7 @@ async def compose(state: TurnState) -> None:
             "outcomes": [_outcome_json(o) for o in state.outcomes],
             "clarifications": list(plan.clarifications),
             "notes": list(plan.notes),
+            "updates": list[JsonValue](state.updates),
             "interaction": None if interaction is None else interaction.prompt,
             "context": state.projection,
         }
@@ -185,6 +187,10 @@ async def compose(state: TurnState) -> None:
                 steps=steps,
                 interaction=interaction,
             )
+    if state.updates:
+        # News about earlier work (a reconciled write) is always said, in the kernel's words.
+        text = _with_lines(state.response.text, state.updates)
+        state.response = state.response.model_copy(update={"text": text})
     state.recorder.emit(
         "response.composed",
         {

@@ -186,3 +186,5 @@ class TurnState:
     outcomes: list[StepOutcome] = field(default_factory=list)
     reduction: Reduction | None = None
     response: Response | None = None
+    updates: list[str] = field(default_factory=list)
+    """Kernel-worded news about earlier work (a reconciled write), added to this turn's answer."""

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from ...contracts.durability import DurabilityStore
+from ...contracts.durability import DurabilityStore, TurnScope
 from ...contracts.errors import EffectConflictError, EffectUncertainError, ErrorCode
-from ...contracts.receipts import ReceiptStatus
+from ...contracts.receipts import EffectReceipt, ReceiptStatus
 from ._support import ConformanceHarness, Provider, commit_simple, conformance_test, effect
 
 __all__ = ["Reconcile"]
@@ -120,3 +120,27 @@ class Reconcile:
         ]
         assert len(await store.list_receipts(status=ReceiptStatus.UNCERTAIN, limit=1)) == 1
         assert len(await store.list_receipts(thread_id="t3")) == 1
+
+    @conformance_test
+    async def test_scope_receipts_reads_the_reconciled_state(
+        self, harness: ConformanceHarness
+    ) -> None:
+        """``TurnScope.receipts``: the ledger's current receipts of the thread, in key order."""
+        store = await harness.open()
+        provider = Provider()
+        await make_uncertain(store, provider, "t1", "k1")
+        await make_uncertain(store, provider, "t2", "k2")
+        await store.reconcile("t1", "payments.charge:k1", "completed", value=7, note="n", actor="a")
+        keys = ["payments.charge:none", "payments.charge:k2", "payments.charge:k1"]
+
+        async def read(scope: TurnScope) -> list[EffectReceipt]:
+            return await scope.receipts(keys)
+
+        found = await store.with_turn("t1", "turn-2", read)
+        assert [(r.idempotency_key, r.status, r.value) for r in found] == [
+            ("payments.charge:k1", ReceiptStatus.COMPLETED, 7)
+        ]
+        other = await store.with_turn("t2", "turn-2", read)
+        assert [(r.idempotency_key, r.status) for r in other] == [
+            ("payments.charge:k2", ReceiptStatus.UNCERTAIN)
+        ]
