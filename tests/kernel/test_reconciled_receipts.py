@@ -109,7 +109,7 @@ async def test_a_receipt_reconciled_as_completed_is_refreshed_on_the_next_unrela
     [receipt] = nxt.checkpoint.receipts
     assert receipt.status is ReceiptStatus.COMPLETED and receipt.value == value
     assert receipt == await durability.get_receipt("t1", KEY)
-    assert nxt.response.text == f"Order 42 has shipped.\n{VERIFIED}"
+    assert nxt.response.text == f"{VERIFIED}\nOrder 42 has shipped."
     outbox = [e.event for e in await durability.read_outbox(thread_id="t1", turn_id="turn-4")]
     [resolved] = [e for e in outbox if e.type == "effect.resolved"]
     assert resolved.category == "audit"

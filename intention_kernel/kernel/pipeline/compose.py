@@ -6,7 +6,7 @@ falls back to a safe answer built from the capabilities' canonical text. A turn 
 clarification is answered by the kernel without a model call, and so is a turn whose write has
 an unknown outcome ("being verified": a model must never word it as done) or that only resolved
 pending work (cancelled, asked again). Updates about earlier work (a write reconciled since the
-last turn) are appended in the kernel's words whatever the answer's kind.
+last turn) come first, in the kernel's words, whatever the answer's kind.
 """
 
 from __future__ import annotations
@@ -189,7 +189,9 @@ async def compose(state: TurnState) -> None:
             )
     if state.updates:
         # News about earlier work (a reconciled write) is always said, in the kernel's words.
-        text = _with_lines(state.response.text, state.updates)
+        # First: it is news about earlier work, before this turn's answer or question.
+        news = [u for u in state.updates if u not in state.response.text]
+        text = "\n".join([*news, state.response.text])
         state.response = state.response.model_copy(update={"text": text})
     state.recorder.emit(
         "response.composed",
