@@ -23,6 +23,7 @@ from ..contracts.turns import DurableTurnResult
 __all__ = [
     "PRUNED_TURN",
     "decode_model",
+    "decode_own_model",
     "decode_turn",
     "decode_value",
     "encode_model",
@@ -44,6 +45,24 @@ def decode_model(cls: type[M], text: str | bytes, *, what: str, **context: Any) 
     try:
         return cls.model_validate(codec.decode(text, what=what))
     except (SerializationError, ValidationError) as exc:
+        raise CheckpointCorruptError(
+            f"stored {what} cannot be read back",
+            context={"what": what, **context},
+        ) from exc
+
+
+def decode_own_model(cls: type[M], text: str, *, what: str, **context: Any) -> M:
+    """``decode_model`` for text the caller has proven, by comparing it in full with the
+    stored bytes, to be this process's own ``encode_model`` output.
+
+    The codec's encoder never writes duplicate keys or non-finite numbers, so the refusals of
+    ``codec.decode`` cannot trigger on such text, and pydantic validates the JSON directly
+    (the same model as ``model_validate(json.loads(text))``, without the per-value Python
+    callbacks of ``JsonValue`` validation). Any other text must go through ``decode_model``.
+    """
+    try:
+        return cls.model_validate_json(text)
+    except ValidationError as exc:
         raise CheckpointCorruptError(
             f"stored {what} cannot be read back",
             context={"what": what, **context},
