@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import os
 import socket
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -30,8 +29,17 @@ class PgLease(Lease):
     owner: str = ""
 
 
+_prefix: tuple[int, str] = (0, "")
+
+
 def new_owner() -> str:
-    return f"{socket.gethostname()[:40]}/{os.getpid()}/{uuid.uuid4().hex}"
+    """``host/pid/`` plus 128 random bits (as ``uuid4().hex``), unique per acquisition; the
+    prefix is built once per process (again after a fork)."""
+    global _prefix
+    pid = os.getpid()
+    if _prefix[0] != pid:
+        _prefix = (pid, f"{socket.gethostname()[:40]}/{pid}/")
+    return _prefix[1] + os.urandom(16).hex()
 
 
 @dataclass(frozen=True, slots=True)
