@@ -19,6 +19,7 @@ from itertools import accumulate
 from typing import Any
 
 from pydantic import JsonValue
+from pydantic_core import PydanticSerializationError, to_json
 
 from .errors import ConfigurationError, ErrorCode, SerializationError
 
@@ -29,6 +30,7 @@ __all__ = [
     "canonical_json",
     "decode",
     "encode",
+    "encode_serialized",
     "encode_stored",
     "fingerprint",
     "round_trip",
@@ -119,13 +121,15 @@ def _nesting(raw: bytes) -> int:
 
 
 def _fast_encode(value: Any, limits: JsonLimits, json_shaped: bool) -> tuple[str, Any] | None:
-    """Encode in C and verify the result instead of walking ``value`` in Python.
+    """Encode in C (or Rust) and verify the result instead of walking ``value`` in Python.
 
     Returns ``(text, stored form or None)``, or ``None`` when the value needs the precise walk
     (it is refused there, or contains tuples that legitimately come back as lists).
     ``json_shaped`` values (pydantic ``model_dump(mode="json")`` output: string keys, lists)
     skip the round-trip comparison.
     """
+    if json_shaped:
+        return _fast_encode_shaped(value, limits)
     try:
         text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
         raw = text.encode("utf-8")  # lone surrogates fail here
@@ -135,11 +139,51 @@ def _fast_encode(value: Any, limits: JsonLimits, json_shaped: bool) -> tuple[str
         return None
     if text.count("[") + text.count("{") > limits.max_depth and _nesting(raw) > limits.max_depth:
         return None
-    if json_shaped:
-        return text, None
     stored = json.loads(text)
     # Equal after the round trip means: string keys only, no tuples, nothing converted.
     return (text, stored) if stored == value else None
+
+
+def _fast_encode_shaped(value: Any, limits: JsonLimits) -> tuple[str, Any] | None:
+    """``_fast_encode`` for JSON-shaped values, serialized by pydantic-core (about 3x faster
+    than ``json.dumps`` on checkpoints; same text for JSON-shaped input)."""
+    try:
+        raw = to_json(value, inf_nan_mode="constants")
+    except (PydanticSerializationError, ValueError, TypeError, RecursionError):
+        return None
+    return None if not _verified(raw, limits) else (raw.decode("utf-8"), None)
+
+
+def _verified(raw: bytes, limits: JsonLimits) -> bool:
+    """Whether pydantic-core's UTF-8 JSON ``raw`` can be stored as is.
+
+    It writes non-finite floats as bare ``NaN``/``Infinity`` tokens when asked (never silently
+    as ``null``), so any such substring, even inside a string, sends the value to the precise
+    path, which refuses it; so does an escaped NUL, or nesting deeper than the limit.
+    """
+    if b"NaN" in raw or b"Infinity" in raw or b"\\u0000" in raw:
+        return False
+    depth_bound = raw.count(b"[") + raw.count(b"{")
+    return depth_bound <= limits.max_depth or _nesting(raw) <= limits.max_depth
+
+
+def encode_serialized(
+    raw: bytes, *, limits: JsonLimits = DEFAULT_LIMITS, what: str = "value"
+) -> str | None:
+    """Accept JSON that pydantic-core serialized with ``inf_nan_mode`` ``constants``.
+
+    Returns the text, or ``None`` when the value must go through ``encode`` instead (it may
+    hold NaN, NUL or too deep nesting, and is refused there); too large raises like ``encode``.
+    """
+    if not _verified(raw, limits):
+        return None
+    if len(raw) > limits.max_bytes:
+        raise SerializationError(
+            f"{what} is {len(raw)} bytes, more than the limit of {limits.max_bytes}",
+            code=ErrorCode.PAYLOAD_TOO_LARGE,
+            context={"what": what, "size": len(raw), "limit": limits.max_bytes},
+        )
+    return raw.decode("utf-8")
 
 
 def _encode(

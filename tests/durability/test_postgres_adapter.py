@@ -12,6 +12,7 @@ import pytest
 
 from intention_kernel.contracts import DurabilityStore, TurnScope
 from intention_kernel.contracts.errors import (
+    CheckpointCorruptError,
     ConfigurationError,
     DurabilityError,
     ErrorCode,
@@ -233,4 +234,27 @@ async def test_reads_use_the_uncertain_index(dsn: str, schema: str) -> None:
     )
     assert "receipts_uncertain" in " ".join(row[0] for row in plan)
     await conn.close()
+    await store.close()
+
+
+async def test_a_head_changed_behind_the_writer_is_decoded_precisely(dsn: str, schema: str) -> None:
+    """The head this process committed is decoded by the fast path only while the stored
+    text is byte for byte what it wrote; a tampered one (duplicate key) is still refused."""
+    store = await open_store(dsn, schema)
+    await commit_simple(store, "t1", "turn-1")
+    loaded = await store.load_checkpoint("t1")
+    assert loaded is not None and loaded.revision == 1
+    await commit_simple(store, "t1", "turn-2")
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(
+            f'UPDATE "{schema}".turns SET result = replace(result, \'{{"thread_id":\','
+            ' \'{"thread_id":"x","thread_id":\') WHERE thread_id = \'t1\' AND revision = 2'
+        )
+    finally:
+        await conn.close()
+    with pytest.raises(CheckpointCorruptError):
+        await store.load_checkpoint("t1")
+    with pytest.raises(CheckpointCorruptError):
+        await commit_simple(store, "t1", "turn-3")
     await store.close()

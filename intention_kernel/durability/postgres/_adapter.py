@@ -32,7 +32,7 @@ from ...contracts.receipts import (
 )
 from ...contracts.turns import DurableTurnResult
 from .. import _turns
-from .._documents import decode_model, decode_turn, encode_model
+from .._documents import decode_model, decode_own_model, decode_turn, encode_model
 from .._engine import DurabilityEngine, Lease, StoredTurn, TurnCommit
 from .._ledger import EffectStart, resolve_uncertain, start_effect
 from ..crashpoints import CrashPoint, crash_point
@@ -49,6 +49,9 @@ __all__ = ["PostgresDurability"]
 log = logging.getLogger("intention_kernel.postgres")
 
 APPLICATION_NAME = "intention_kernel"
+
+_WRITTEN_HEADS = 4096
+"""How many threads' last committed result texts are remembered (see ``_head``)."""
 
 
 @dataclass(slots=True)
@@ -119,6 +122,9 @@ class PostgresDurability(
         self._sql = Statements.render(self.schema, fencing=self._fencing)
         self._outbox_sql = OutboxStatements(self.schema)
         self._acquired: dict[tuple[str, int], _Acquired] = {}
+        # thread id -> the result text this process last committed on it. A head whose stored
+        # text is equal to it was written by our own encoder (see ``decode_own_model``).
+        self._written: dict[str, str] = {}
         self.server_synchronous_commit: str | None = None
 
     # ---------------------------------------------------------------- opening
@@ -363,10 +369,17 @@ class PostgresDurability(
     def _head(self, row: Any, thread_id: str) -> KernelCheckpoint | None:
         if row is None or row["head_result"] is None:
             return None
-        result = decode_model(
-            DurableTurnResult, row["head_result"], what="checkpoint", thread_id=thread_id
-        )
+        text = row["head_result"]
+        decode = decode_own_model if self._written.get(thread_id) == text else decode_model
+        result = decode(DurableTurnResult, text, what="checkpoint", thread_id=thread_id)
         return result.checkpoint
+
+    def _remember_written(self, thread_id: str, text: str) -> None:
+        written = self._written
+        written.pop(thread_id, None)
+        if len(written) >= _WRITTEN_HEADS:
+            del written[next(iter(written))]  # the least recently committed thread
+        written[thread_id] = text
 
     async def _load(
         self, lease: Lease, turn_id: str
@@ -427,6 +440,7 @@ class PostgresDurability(
             raise TurnConflictError(  # pragma: no cover - the check above always raises
                 code=ErrorCode.CHECKPOINT_REVISION_CONFLICT, context={"thread_id": thread_id}
             )
+        self._remember_written(thread_id, commit.result_json)
 
     # ---------------------------------------------------------------- effects
 

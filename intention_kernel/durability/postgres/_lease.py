@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import os
 import socket
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -30,8 +29,17 @@ class PgLease(Lease):
     owner: str = ""
 
 
+_prefix: tuple[int, str] = (0, "")
+
+
 def new_owner() -> str:
-    return f"{socket.gethostname()[:40]}/{os.getpid()}/{uuid.uuid4().hex}"
+    """``host/pid/`` plus 128 random bits (as ``uuid4().hex``), unique per acquisition; the
+    prefix is built once per process (again after a fork)."""
+    global _prefix
+    pid = os.getpid()
+    if _prefix[0] != pid:
+        _prefix = (pid, f"{socket.gethostname()[:40]}/{pid}/")
+    return _prefix[1] + os.urandom(16).hex()
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +71,12 @@ class LeaseSettings:
 
 @dataclass(slots=True)
 class Heartbeat:
-    """Renews one lease until stopped; cancels ``owner_task`` when the lease is lost."""
+    """Renews one lease until stopped; cancels ``owner_task`` when the lease is lost.
+
+    Most turns end before the first renewal is due, so ``start`` only arms a timer; the
+    renewal task is created when the timer fires (one interval after ``start``, exactly when
+    the first renewal of a task started at once would have been sent).
+    """
 
     renew: Callable[[], Awaitable[bool]]
     settings: LeaseSettings
@@ -71,11 +84,22 @@ class Heartbeat:
     detect_loss: bool = True
     lost: bool = False
     _task: asyncio.Task[None] | None = field(default=None, init=False)
+    _timer: asyncio.TimerHandle | None = field(default=None, init=False)
+    _confirmed: float = field(default=0.0, init=False)
 
     def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._confirmed = loop.time()  # the lease is proven valid until confirmed + ttl
+        self._timer = loop.call_later(self.settings.interval, self._due)
+
+    def _due(self) -> None:
+        self._timer = None
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
+        timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
@@ -85,10 +109,11 @@ class Heartbeat:
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         interval = self.settings.interval
-        confirmed = loop.time()  # the lease is proven valid until confirmed + ttl
-        delay = interval
+        confirmed = self._confirmed
+        delay = 0.0  # the first renewal is due now (the timer waited one interval)
         while True:
-            await asyncio.sleep(delay)
+            if delay:
+                await asyncio.sleep(delay)
             sent = loop.time()
             try:
                 held = await self.renew()
