@@ -29,52 +29,21 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from intention_kernel.contracts import KernelEvent, TurnScope
+from _relay_common import Timed, commit_turn
+
 from intention_kernel.durability.postgres import PostgresDurability
-from intention_kernel.relay import EventSink, OutboxRelay, PublishOutcome, open_sink
-from intention_kernel.testing.conformance import make_events, make_result
+from intention_kernel.relay import OutboxRelay, open_sink
 from intention_kernel.testing.postgres import drop_schema, postgres_dsn, scratch_schema
 
 RESULTS = Path(__file__).parent / "results" / "relay_postgres.json"
 THREADS = 50
 PER_TURN = 5
 BATCH = 200
-
-
-class Timed:
-    """Wraps a sink and records when each event was first acknowledged."""
-
-    def __init__(self, sink: EventSink) -> None:
-        self.sink = sink
-        self.acked: dict[str, float] = {}
-
-    async def publish(self, events: Sequence[KernelEvent]) -> list[PublishOutcome]:
-        outcomes = await self.sink.publish(events)
-        now = time.perf_counter()
-        for event, outcome in zip(events, outcomes, strict=True):
-            if outcome == PublishOutcome.ok():
-                self.acked.setdefault(event.id, now)
-        return outcomes
-
-    async def close(self) -> None:
-        await self.sink.close()
-
-
-async def commit_turn(store: PostgresDurability, thread: str, turn: str) -> list[str]:
-    ids: list[str] = []
-
-    async def operation(scope: TurnScope) -> None:
-        events = make_events(scope, PER_TURN)
-        ids.extend(e.id for e in events)
-        await scope.commit(make_result(scope), events)
-
-    await store.with_turn(thread, turn, operation)
-    return ids
 
 
 class Bench:
@@ -107,7 +76,7 @@ class Bench:
         async def write(part: int) -> None:
             for turn in range(turns):
                 for thread in range(part, THREADS, writers):
-                    await commit_turn(store, f"t{thread}", f"turn-{turn:05d}")
+                    await commit_turn(store, f"t{thread}", f"turn-{turn:05d}", PER_TURN)
 
         await asyncio.gather(*(write(p) for p in range(writers)))
 
@@ -119,7 +88,7 @@ class Bench:
 
             async def write(part: int) -> None:
                 for n in range(per):
-                    await commit_turn(store, f"w{part}-{n % 20}", f"turn-{n:05d}")
+                    await commit_turn(store, f"w{part}-{n % 20}", f"turn-{n:05d}", PER_TURN)
 
             started = time.perf_counter()
             await asyncio.gather(*(write(p) for p in range(writers)))
@@ -162,7 +131,7 @@ class Bench:
         committed: dict[str, float] = {}
         try:
             for turn in range(turns):
-                ids = await commit_turn(store, f"t{turn % THREADS}", f"turn-{turn:05d}")
+                ids = await commit_turn(store, f"t{turn % THREADS}", f"turn-{turn:05d}", PER_TURN)
                 committed.update(dict.fromkeys(ids, time.perf_counter()))
                 await asyncio.sleep(0.005)
             while (await store.outbox_stats()).pending:  # noqa: ASYNC110 - polls the store

@@ -28,51 +28,20 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from intention_kernel.contracts import KernelEvent, TurnScope
-from intention_kernel.relay import EventSink, OutboxRelay, PublishOutcome, open_sink
+from _relay_common import Timed, commit_turn
+
+from intention_kernel.relay import OutboxRelay, open_sink
 from intention_kernel.testing import MemoryDurability
-from intention_kernel.testing.conformance import make_events, make_result
 
 RESULTS = Path(__file__).parent / "results" / "relay_throughput.json"
 SECRET = "bench-secret"
 THREADS = 50
 PER_TURN = 5
-
-
-class Timed:
-    """Wraps a sink and records when each event was first acknowledged."""
-
-    def __init__(self, sink: EventSink) -> None:
-        self.sink = sink
-        self.acked: dict[str, float] = {}
-
-    async def publish(self, events: Sequence[KernelEvent]) -> list[PublishOutcome]:
-        outcomes = await self.sink.publish(events)
-        now = time.perf_counter()
-        for event, outcome in zip(events, outcomes, strict=True):
-            if outcome == PublishOutcome.ok():
-                self.acked.setdefault(event.id, now)
-        return outcomes
-
-    async def close(self) -> None:
-        await self.sink.close()
-
-
-async def commit_turn(store: MemoryDurability, thread: str, turn: str) -> list[str]:
-    ids: list[str] = []
-
-    async def operation(scope: TurnScope) -> None:
-        events = make_events(scope, PER_TURN)
-        ids.extend(e.id for e in events)
-        await scope.commit(make_result(scope), events)
-
-    await store.with_turn(thread, turn, operation)
-    return ids
 
 
 async def until_drained(store: MemoryDurability) -> None:
@@ -95,7 +64,7 @@ async def throughput(url: str, relays: int, events: int) -> float:
     store = MemoryDurability()
     for turn in range(events // (THREADS * PER_TURN)):
         for thread in range(THREADS):
-            await commit_turn(store, f"t{thread}", f"turn-{turn:05d}")
+            await commit_turn(store, f"t{thread}", f"turn-{turn:05d}", PER_TURN)
     total = (await store.outbox_stats()).pending
     sink = open_sink(url)
     try:
@@ -118,7 +87,7 @@ async def lag(url: str, relays: int, turns: int) -> tuple[float, float]:
     committed: dict[str, float] = {}
     try:
         for turn in range(turns):
-            ids = await commit_turn(store, f"t{turn % THREADS}", f"turn-{turn:05d}")
+            ids = await commit_turn(store, f"t{turn % THREADS}", f"turn-{turn:05d}", PER_TURN)
             now = time.perf_counter()
             committed.update(dict.fromkeys(ids, now))
             await asyncio.sleep(0.005)
