@@ -25,10 +25,14 @@ from ..contracts.checkpoint import KernelCheckpoint
 from ..contracts.codec import DEFAULT_LIMITS, JsonLimits
 from ..contracts.errors import (
     ConfigurationError,
+    DurabilityError,
     EffectNotAppliedError,
     ErrorCode,
     InvalidInputError,
+    KernelError,
+    LeaseLostError,
     SerializationError,
+    TurnConflictError,
     UsageError,
 )
 from ..contracts.events import KernelEvent
@@ -50,6 +54,7 @@ from ..contracts.turns import DurableTurnResult
 from . import _turns
 from ._documents import encode_model
 from ._ledger import EffectAction, EffectStart, finish_receipt, uncertain_error
+from ._settle import settle
 from .crashpoints import CrashPoint, SimulatedCrash, crash_point
 
 __all__ = ["DurabilityEngine", "Lease", "StoredTurn", "TurnCommit", "TurnScopeImpl"]
@@ -58,6 +63,10 @@ T = TypeVar("T")
 
 _IN_EFFECT: contextvars.ContextVar[bool] = contextvars.ContextVar("ik_in_effect", default=False)
 MAX_NOTE_LENGTH = 4000
+RECORD_RETRY_SECONDS = 10.0
+"""How long a receipt's final write is retried after transient store errors."""
+NOT_CALLED = "cancelled before the provider was called"
+UNRECORDED = "the outcome could not be recorded"
 
 
 @dataclass(slots=True)
@@ -173,6 +182,17 @@ class DurabilityEngine(ABC):
     @abstractmethod
     async def get_receipt(self, thread_id: str, idempotency_key: str) -> EffectReceipt | None:
         """The ledger's receipt (``DurabilityStore.get_receipt``); used by ``receipts``."""
+
+    @abstractmethod
+    async def get_turn(self, thread_id: str, turn_id: str) -> DurableTurnResult | None:
+        """The committed result (``DurabilityStore.get_turn``)."""
+
+    async def _stored_equals(self, result: DurableTurnResult) -> bool:
+        try:
+            stored = await self.get_turn(result.thread_id, result.turn_id)
+        except KernelError:
+            return False
+        return stored == result
 
     async def with_turn(
         self,
@@ -292,7 +312,15 @@ class DurabilityEngine(ABC):
         if self._prepare_after_call:  # planted bug, test-only
             authority = EffectAuthority(identity.idempotency_key, "planted")
             await operation(authority)
-        start = await self._begin_effect(lease, scope.turn_id, identity)
+        start, cancel = await scope._ledger_write(
+            lambda: self._begin_effect(lease, scope.turn_id, identity)
+        )
+        if cancel is not None:
+            if start.action is EffectAction.EXECUTE:
+                # This process never reached the provider: provably not applied, so a retry
+                # may run it (``failed``), instead of leaving an orphan ``prepared``.
+                await self._record(scope, start.receipt, ReceiptStatus.FAILED, NOT_CALLED)
+            raise cancel
         if start.action is EffectAction.REPLAY:
             return EffectExecution(value=start.receipt.value, receipt=start.receipt, replayed=True)
         if start.action is EffectAction.UNCERTAIN:
@@ -302,7 +330,7 @@ class DurabilityEngine(ABC):
         if self._prepare_after_call:
             raw: Any = None
         else:
-            raw = await self._call(lease, prepared, operation)
+            raw = await self._call(scope, prepared, operation)
         crash_point(CrashPoint.EFFECT_RETURNED, key=identity.idempotency_key)
         try:
             value_json, value = codec.encode_stored(
@@ -310,16 +338,15 @@ class DurabilityEngine(ABC):
             )
         except SerializationError as exc:
             await self._record(
-                lease, prepared, ReceiptStatus.UNCERTAIN, f"value not storable: {exc.code}"
+                scope, prepared, ReceiptStatus.UNCERTAIN, f"value not storable: {exc.code}"
             )
             raise uncertain_error(prepared, code=ErrorCode.EFFECT_VALUE_NOT_STORABLE) from exc
         completed = finish_receipt(prepared, ReceiptStatus.COMPLETED, value=value, now=self._now())
-        # Shielded: the provider already acted, so a cancellation must not skip the record.
-        await asyncio.shield(self._finish_effect(lease, completed, value_json))
+        await self._write_final(scope, completed, value_json)
         crash_point(CrashPoint.RECEIPT_RECORDED, key=identity.idempotency_key)
         return EffectExecution(value=completed.value, receipt=completed, replayed=False)
 
-    async def _call(self, lease: Lease, prepared: EffectReceipt, operation: Any) -> Any:
+    async def _call(self, scope: TurnScopeImpl, prepared: EffectReceipt, operation: Any) -> Any:
         """Call the provider; classify how it ended and record non-success durably."""
         token = _IN_EFFECT.set(True)
         try:
@@ -328,16 +355,16 @@ class DurabilityEngine(ABC):
         except SimulatedCrash:
             raise
         except EffectNotAppliedError as exc:
-            await self._record(lease, prepared, ReceiptStatus.FAILED, exc.message)
+            await self._record(scope, prepared, ReceiptStatus.FAILED, exc.message)
             raise
         except asyncio.CancelledError:
             await self._record(
-                lease, prepared, ReceiptStatus.UNCERTAIN, "cancelled during the call"
+                scope, prepared, ReceiptStatus.UNCERTAIN, "cancelled during the call"
             )
             raise
         except BaseException as exc:
             await self._record(
-                lease, prepared, ReceiptStatus.UNCERTAIN, f"raised {type(exc).__name__}"
+                scope, prepared, ReceiptStatus.UNCERTAIN, f"raised {type(exc).__name__}"
             )
             if isinstance(exc, Exception):
                 raise uncertain_error(
@@ -348,11 +375,68 @@ class DurabilityEngine(ABC):
             _IN_EFFECT.reset(token)
 
     async def _record(
-        self, lease: Lease, prepared: EffectReceipt, status: ReceiptStatus, error: str
+        self, scope: TurnScopeImpl, prepared: EffectReceipt, status: ReceiptStatus, error: str
     ) -> None:
-        """Record a failed/uncertain outcome, shielded so cancellation cannot skip it."""
+        """Record a failed/uncertain outcome (see ``_write_final``)."""
         final = finish_receipt(prepared, status, error=error[:500], now=self._now())
-        await asyncio.shield(self._finish_effect(lease, final, None))
+        await self._write_final(scope, final, None)
+
+    async def _write_final(
+        self, scope: TurnScopeImpl, receipt: EffectReceipt, value_json: str | None
+    ) -> None:
+        """Write a receipt's final state to its end, whatever happens to the caller meanwhile;
+        then re-raise a cancellation that arrived. If the write cannot be made, the receipt
+        stays ``prepared`` (which operators see as uncertain) and the caller gets
+        ``EffectUncertainError``: the outcome in hand could not be kept."""
+        lease = scope._lease
+        try:
+            _, cancel = await scope._ledger_write(
+                lambda: self._finish_with_retries(lease, receipt, value_json)
+            )
+        except KernelError as exc:
+            raise uncertain_error(receipt.model_copy(update={"error": UNRECORDED})) from exc
+        if cancel is not None:
+            raise cancel
+
+    async def _finish_with_retries(
+        self, lease: Lease, receipt: EffectReceipt, value_json: str | None
+    ) -> None:
+        """``_finish_effect``, again with back-off after a transient store error (busy, lost
+        connection) for up to ``RECORD_RETRY_SECONDS``. It is a fenced compare-and-set, so a
+        retry is safe while the lease is held; an attempt that did land is recognised."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + RECORD_RETRY_SECONDS
+        delay = 0.01
+        attempts = 0
+        while True:
+            attempts += 1
+            try:
+                await self._finish_effect(lease, receipt, value_json)
+                return
+            except DurabilityError as exc:
+                if attempts > 1 and await self._receipt_is(receipt):
+                    return  # an earlier attempt committed although its answer was lost
+                if not _transient(exc) or loop.time() + delay > deadline:
+                    raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.5)
+
+    async def _receipt_is(self, receipt: EffectReceipt) -> bool:
+        try:
+            stored = await self.get_receipt(receipt.thread_id, receipt.idempotency_key)
+        except KernelError:
+            return False
+        return (
+            stored is not None
+            and stored.id == receipt.id
+            and stored.status is receipt.status
+            and stored.value == receipt.value
+        )
+
+
+def _transient(exc: DurabilityError) -> bool:
+    """A store error worth retrying in place: busy or unreachable, never a lost lease."""
+    return exc.retryable and exc.code in (ErrorCode.STORE_BUSY, ErrorCode.STORE_UNAVAILABLE)
 
 
 class TurnScopeImpl:
@@ -366,6 +450,8 @@ class TurnScopeImpl:
         "_fingerprint",
         "_inflight",
         "_lease",
+        "_ledger_lock",
+        "_maybe_committed",
         "_prior",
         "_turn_id",
     )
@@ -387,7 +473,9 @@ class TurnScopeImpl:
         self._prior = prior
         self._closed = False
         self._committed = False
+        self._maybe_committed = False
         self._inflight: set[str] = set()
+        self._ledger_lock: asyncio.Lock | None = None
 
     @property
     def thread_id(self) -> str:
@@ -449,6 +537,22 @@ class TurnScopeImpl:
         finally:
             self._inflight.discard(key)
 
+    async def _ledger_write(
+        self, work: Callable[[], Awaitable[T]]
+    ) -> tuple[T, asyncio.CancelledError | None]:
+        """One ledger write of this turn, settled (see ``_settle``). Concurrent effects of one
+        turn may call their providers at the same time, but their ledger writes go one at a
+        time, in call order: they share one lease and its fencing token."""
+        if self._ledger_lock is None:
+            self._ledger_lock = asyncio.Lock()
+        lock = self._ledger_lock
+
+        async def locked() -> T:
+            async with lock:
+                return await work()
+
+        return await settle(locked())
+
     async def receipts(self, idempotency_keys: Sequence[str]) -> list[EffectReceipt]:
         """Current ledger receipts for these keys (one adapter read per distinct key)."""
         if self._closed:
@@ -489,18 +593,31 @@ class TurnScopeImpl:
         events_json = [encode_model(e, limits=limits, what="outbox event") for e in events]
         self._committed = True
         try:
-            await engine._commit(
-                self._lease,
-                TurnCommit(
-                    result=result,
-                    result_json=result_json,
-                    events=events,
-                    events_json=events_json,
-                    fingerprint=self._fingerprint,
-                    loaded_revision=self.loaded_revision,
-                ),
+            _, cancel = await settle(
+                engine._commit(
+                    self._lease,
+                    TurnCommit(
+                        result=result,
+                        result_json=result_json,
+                        events=events,
+                        events_json=events_json,
+                        fingerprint=self._fingerprint,
+                        loaded_revision=self.loaded_revision,
+                    ),
+                )
             )
-        except BaseException:
+        except TurnConflictError:
+            # After an ambiguous attempt (the store failed without saying whether it
+            # committed), finding exactly this result stored means that attempt committed.
+            if not (self._maybe_committed and await engine._stored_equals(result)):
+                self._committed = False
+                raise
+            cancel = None
+        except BaseException as exc:
             self._committed = False
+            if isinstance(exc, DurabilityError) and not isinstance(exc, LeaseLostError):
+                self._maybe_committed = True
             raise
         crash_point(CrashPoint.AFTER_COMMIT, thread_id=self.thread_id, turn_id=self._turn_id)
+        if cancel is not None:
+            raise cancel

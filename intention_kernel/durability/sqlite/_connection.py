@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ...contracts.errors import ConfigurationError, DurabilityError, ErrorCode
+from .._settle import settle
 from ._errors import SQLITE_BUSY, SQLITE_LOCKED, translate_errors
 from ._schema import migrate
 
@@ -103,15 +104,50 @@ class Connection:
 
     async def read(self, fn: Callable[[sqlite3.Connection], T], **context: Any) -> T:
         """Run ``fn`` in autocommit mode (each statement sees the latest commit)."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._call, fn, False, context)
+        return await self._run(fn, False, None, context)
 
-    async def write(self, fn: Callable[[sqlite3.Connection], T], **context: Any) -> T:
-        """Run ``fn`` inside ``BEGIN IMMEDIATE`` ... ``COMMIT``; roll back if it raises."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._call, fn, True, context)
+    async def write(
+        self,
+        fn: Callable[[sqlite3.Connection], T],
+        *,
+        on_commit: Callable[[], None] | None = None,
+        **context: Any,
+    ) -> T:
+        """Run ``fn`` inside ``BEGIN IMMEDIATE`` ... ``COMMIT``; roll back if it raises.
 
-    def _call(self, fn: Callable[[sqlite3.Connection], T], write: bool, context: Any) -> T:
+        ``on_commit`` runs on the worker thread right after ``COMMIT`` succeeded, before the
+        next job starts: bookkeeping that must follow the commit even if the caller is
+        cancelled meanwhile (the lease's epoch, for one).
+        """
+        return await self._run(fn, True, on_commit, context)
+
+    async def _run(
+        self,
+        fn: Callable[[sqlite3.Connection], T],
+        write: bool,
+        on_commit: Callable[[], None] | None,
+        context: Any,
+    ) -> T:
+        """Submit one job; if the caller is cancelled, the job is dropped when it has not
+        started, else waited for to its end (a ``COMMIT`` on the worker thread cannot be
+        interrupted, and the lease it is fenced by must not be released before it ends)."""
+        job = self._executor.submit(self._call, fn, write, on_commit, context)
+        try:
+            return await asyncio.wrap_future(job)
+        except asyncio.CancelledError:
+            if job.cancel():
+                raise  # never started: nothing ran
+            with contextlib.suppress(Exception):
+                await settle(asyncio.wrap_future(job))
+            raise
+
+    def _call(
+        self,
+        fn: Callable[[sqlite3.Connection], T],
+        write: bool,
+        on_commit: Callable[[], None] | None,
+        context: Any,
+    ) -> T:
         with translate_errors(**context):
             if self._conn is None:
                 self._conn = _connect(self.path, self.busy_timeout)
@@ -131,6 +167,8 @@ class Connection:
                 raise
             if conn.total_changes != before:
                 self.commits += 1
+            if on_commit is not None:
+                on_commit()
             return result
 
     async def close(self) -> None:
