@@ -25,7 +25,7 @@ Hierarchy::
     ├── CheckpointIncompatibleError  stored checkpoint not loadable by this agent
     ├── AgentCompilationError        an agent definition is invalid (lists every problem)
     ├── ModelGatewayError            the model provider failed or answered nonsense
-    └── TurnTimeoutError             a turn ran past its deadline; nothing was committed
+    └── TurnTimeoutError             a turn ran past its deadline; it may have committed
 """
 
 from __future__ import annotations
@@ -203,7 +203,10 @@ class DurabilityError(KernelError):
 
 class LeaseLostError(DurabilityError):
     default_code = ErrorCode.LEASE_LOST
-    default_message = "the thread lease was lost to another holder; nothing was written"
+    default_message = (
+        "the thread lease was lost to another holder; this write was refused "
+        "(the turn did not commit); deliver the same turn id again"
+    )
     default_retryable = True
 
 
@@ -267,5 +270,8 @@ class ModelGatewayError(KernelError):
 
 class TurnTimeoutError(KernelError):
     default_code = ErrorCode.TURN_TIMEOUT
-    default_message = "the turn did not finish before its deadline; nothing was committed"
+    default_message = (
+        "the turn did not finish before its deadline; it may have committed: "
+        "deliver the same turn id again to learn the outcome"
+    )
     default_retryable = True

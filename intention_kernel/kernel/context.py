@@ -18,7 +18,13 @@ from pydantic import JsonValue
 
 from ..contracts.checkpoint import FactRecord
 from ..contracts.durability import TurnScope
-from ..contracts.errors import EffectUncertainError, ErrorCode, UsageError
+from ..contracts.errors import (
+    EffectConflictError,
+    EffectNotAppliedError,
+    EffectUncertainError,
+    ErrorCode,
+    UsageError,
+)
 from ..contracts.events import EventCategory, KernelEvent
 from ..contracts.receipts import (
     EffectAuthority,
@@ -70,6 +76,7 @@ class CapabilityContext:
     __slots__ = (
         "_confirmation",
         "_effect",
+        "_interrupted",
         "_receipts",
         "_scope",
         "answer",
@@ -111,6 +118,7 @@ class CapabilityContext:
         self.answer = answer
         """The answer to this capability's own ``NeedsConfirmation``, when it is resumed."""
         self._receipts: list[EffectReceipt] = []
+        self._interrupted: list[str] = []
         self.capability_id = capability_id
         self.step_id = step_id
         self.execution_id = execution_id
@@ -126,6 +134,14 @@ class CapabilityContext:
     def receipts(self) -> list[EffectReceipt]:
         """Receipts of the effects this step ran (first runs and replays)."""
         return list(self._receipts)
+
+    @property
+    def interrupted(self) -> tuple[str, ...]:
+        """Ledger keys whose last ``run_effect`` in this step stopped without an outcome: it
+        was cancelled (a step timeout, or the capability's own timeout around it) or failed
+        part-way. Only the ledger knows how far such a write got; the kernel reads it when the
+        step ends, whatever the capability answered."""
+        return tuple(self._interrupted)
 
     def remaining(self) -> float:
         """Seconds left before the step's deadline (pass it on as a provider timeout)."""
@@ -167,13 +183,32 @@ class CapabilityContext:
                 context={"capability_id": self.capability_id},
             )
         identity = EffectIdentity(f"{self.capability_id}:{key}", self.capability_id, self.step_id)
+        ledger_key = identity.idempotency_key
         try:
             execution = await self._scope.run_effect(identity, operation)
         except EffectUncertainError as exc:
+            self._settled(ledger_key)
             self._receipts.append(self._uncertain(identity, exc))
             raise
+        except EffectNotAppliedError:
+            self._settled(ledger_key)  # the host proved nothing happened: a known outcome
+            raise
+        except (UsageError, EffectConflictError):
+            raise  # refused before this call started anything (in progress, nested, closed)
+        except BaseException:
+            # Cancelled or failed part-way: remember the key, re-raise unchanged (a
+            # cancellation is never swallowed). The kernel asks the ledger when the step ends.
+            if ledger_key not in self._interrupted:
+                self._interrupted.append(ledger_key)
+            raise
+        self._settled(ledger_key)
         self._receipts.append(execution.receipt)
         return execution
+
+    def _settled(self, ledger_key: str) -> None:
+        """A later call for the key ended with an outcome: it is no longer interrupted."""
+        if ledger_key in self._interrupted:
+            self._interrupted.remove(ledger_key)
 
     def provider_key(self, authority: EffectAuthority, *, tenant: str) -> str:
         """``provider_idempotency_key`` namespaced by ``tenant`` and this thread."""

@@ -13,6 +13,12 @@ __all__ = ["Response", "StepSummary", "TurnResult"]
 
 
 class StepSummary(BaseModel):
+    """How one step ended. ``status``: ``completed``, ``failed``, ``skipped``, ``uncertain`` (a
+    write's outcome is unknown: being verified), ``applied`` (a write went through, but the step
+    did not finish: no output; asking again replays it), ``needs_input``,
+    ``needs_confirmation``, ``needs_dependency``; held steps ``awaiting_confirmation`` or
+    ``waiting_for_fact``."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     step_id: str

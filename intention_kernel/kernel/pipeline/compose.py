@@ -4,9 +4,10 @@ Every evidence id the model cites must exist (this turn's evidence or that of a 
 An answer that cites unknown ids, or is malformed, gets one recomposition; after that the kernel
 falls back to a safe answer built from the capabilities' canonical text. A turn that only needs a
 clarification is answered by the kernel without a model call, and so is a turn whose write has
-an unknown outcome ("being verified": a model must never word it as done) or that only resolved
-pending work (cancelled, asked again). Updates about earlier work (a write reconciled since the
-last turn) come first, in the kernel's words, whatever the answer's kind.
+an unknown outcome ("being verified": a model must never word it as done), whose write went
+through although its step did not finish (``applied``: a model must never word it as failed)
+or that only resolved pending work (cancelled, asked again). Updates about earlier work (a write
+reconciled since the last turn) come first, in the kernel's words, whatever the answer's kind.
 """
 
 from __future__ import annotations
@@ -26,7 +27,10 @@ _STATUS_TEXT = {
     "skipped": "I could not complete that because an earlier step did not finish.",
     "needs_dependency": "I need more information before I can do that.",
     "uncertain": "{description}: {reason}.",
+    "applied": "{description}: {reason}.",
 }
+_KERNEL_WORDED = ("uncertain", "applied")
+"""Step statuses only the kernel words: a write in doubt, or done although its step was not."""
 
 
 def _summaries(state: TurnState) -> list[StepSummary]:
@@ -128,10 +132,11 @@ async def compose(state: TurnState) -> None:
             text="\n".join(plan.clarifications), kind="clarification", steps=steps
         )
     elif (not state.outcomes and plan.notes) or any(
-        o.status == "uncertain" for o in state.outcomes
+        o.status in _KERNEL_WORDED for o in state.outcomes
     ):
-        # Kernel words only: resumed work was cancelled or re-asked, or a write's outcome is
-        # unknown ("being verified"), which a model must never word as done.
+        # Kernel words only: resumed work was cancelled or re-asked, a write's outcome is
+        # unknown ("being verified", never worded as done), or a write went through although
+        # its step did not finish ("applied", never worded as failed).
         state.response = Response(
             text=fallback_text(state),
             kind="fallback",

@@ -5,12 +5,20 @@ capability with a fresh ``CapabilityContext`` (ports, visible facts including th
 earlier in this turn, turn info, execution ids, deadline, its own event branch, and
 ``run_effect`` for writes). Handled outcomes become data; an exception from a capability is a
 crash: it leaves the turn and nothing is committed.
+
+A step that stopped while a write was under way (its deadline, or a capability that caught a
+timeout or error from ``run_effect`` itself) is answered from the ledger, not from what the
+capability said: the kernel reads the current receipts of the interrupted keys
+(``TurnScope.receipts``). ``uncertain`` or ``prepared`` -> the step is ``uncertain`` ("being
+verified"); ``completed`` -> ``applied`` ("it went through, but I could not finish in time");
+``failed`` or none (stopped before the provider was called) -> a plain failure.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
 
@@ -20,19 +28,30 @@ from ...contracts.checkpoint import Evidence, FactRecord
 from ...contracts.errors import EffectNotAppliedError, EffectUncertainError, KernelError
 from ...contracts.events import EventCategory
 from ...contracts.ids import new_id
-from ...contracts.receipts import ReceiptStatus
+from ...contracts.receipts import EffectReceipt, ReceiptStatus
 from ..context import CapabilityContext, StepEvents
 from ..facts import FactRef, apply_fact, parse_fact_ref
 from ..results import Completed, Failed, NeedsConfirmation, NeedsDependency, NeedsInput
 from .state import PlannedStep, StepOutcome, TurnState
 
-__all__ = ["NOT_APPLIED", "UNCERTAIN", "execute"]
+__all__ = ["APPLIED", "NOT_APPLIED", "TOO_LONG", "UNCERTAIN", "execute"]
 
 UNCERTAIN = (
     "the outcome is being verified. It may or may not have gone through, "
     "and I will not try it again until it has been checked"
 )
 NOT_APPLIED = "it did not go through and nothing was changed; you can ask me to try again"
+TOO_LONG = "this took too long; please try again"
+APPLIED = (
+    "it went through, but I could not finish in time; "
+    "ask again to see the result (it will not be done twice)"
+)
+"""The reason of an ``applied`` step: its write is ``completed`` in the ledger, but the step
+itself did not finish (timed out, or its capability gave up waiting). Not ``failed`` (the user
+must not retry or be told nothing happened), not ``completed`` (there is no output, no facts and
+no evidence, and steps that depend on it must not run), not ``uncertain`` (the outcome is known;
+nothing for an operator to verify). Asking again replays the stored value."""
+INTERRUPTED = "interrupted before its outcome was recorded"
 
 
 def _stored_form(value: JsonValue) -> JsonValue:
@@ -210,11 +229,13 @@ async def _call(state: TurnState, step: PlannedStep, done: dict[str, StepOutcome
         approval=step.approval,
         answer=step.answer,
     )
+    timed_out = False
     try:
         async with asyncio.timeout_at(deadline):
             result = await cap.execute(context, step.input)
     except TimeoutError:
-        outcome = _failed(step, "this took too long; please try again", receipts=context.receipts)
+        timed_out = True
+        outcome = _failed(step, TOO_LONG, receipts=context.receipts)
     except EffectUncertainError:
         # The receipt is durable in the ledger: the turn commits an honest "being verified".
         outcome = StepOutcome(
@@ -229,6 +250,7 @@ async def _call(state: TurnState, step: PlannedStep, done: dict[str, StepOutcome
             outcome = StepOutcome(
                 step=step, status="uncertain", reason=UNCERTAIN, receipts=context.receipts
             )
+    outcome = await _as_the_ledger_knows(state, context, outcome, timed_out)
     outcome.derived_from = used
     data: dict[str, JsonValue] = {"capability_id": cap.id, "status": outcome.status}
     if outcome.evidence is not None:
@@ -260,6 +282,65 @@ async def _call(state: TurnState, step: PlannedStep, done: dict[str, StepOutcome
                 category=EventCategory.AUDIT,
             )
     return outcome
+
+
+async def _as_the_ledger_knows(
+    state: TurnState, context: CapabilityContext, outcome: StepOutcome, timed_out: bool
+) -> StepOutcome:
+    """The outcome of a step that left writes unfinished, from the ledger's current receipts.
+
+    Reads only when a ``run_effect`` call of the step was interrupted (no read otherwise). An
+    unknown outcome wins over everything the capability said; a write that went through is
+    never reported as failed or as not done.
+    """
+    copies: dict[str, EffectReceipt] = {}
+    keys = context.interrupted
+    if keys:
+        read = getattr(state.scope, "receipts", None)
+        found = {} if read is None else {r.idempotency_key: r for r in await read(list(keys))}
+        for key in keys:
+            receipt = found.get(key)
+            if read is None:
+                copies[key] = _unknown(context, key)  # nothing to ask: fail closed
+            elif receipt is None or receipt.status is ReceiptStatus.FAILED:
+                continue  # never started, or provably not called: "try again" is true
+            elif receipt.status in (ReceiptStatus.COMPLETED, ReceiptStatus.UNCERTAIN):
+                copies[key] = receipt
+            else:  # prepared: interrupted between the durable start and a recorded end
+                copies[key] = receipt.model_copy(
+                    update={"status": ReceiptStatus.UNCERTAIN, "error": INTERRUPTED}
+                )
+    if not copies and not timed_out:
+        return outcome
+    merged = {r.idempotency_key: r for r in outcome.receipts}
+    merged.update(copies)
+    receipts = list(merged.values())
+    step = outcome.step
+    if any(r.status is ReceiptStatus.UNCERTAIN for r in receipts):
+        return StepOutcome(step=step, status="uncertain", reason=UNCERTAIN, receipts=receipts)
+    if any(r.status is ReceiptStatus.COMPLETED for r in copies.values()) or (
+        timed_out and any(r.status is ReceiptStatus.COMPLETED for r in receipts)
+    ):
+        return StepOutcome(step=step, status="applied", reason=APPLIED, receipts=receipts)
+    return outcome
+
+
+def _unknown(context: CapabilityContext, key: str) -> EffectReceipt:
+    """A checkpoint copy for an interrupted write the scope cannot read back."""
+    now = datetime.now(UTC)
+    return EffectReceipt(
+        id="unknown",
+        thread_id=context.turn.thread_id,
+        idempotency_key=key,
+        capability_id=context.capability_id,
+        turn_id=context.turn.turn_id,
+        step_id=context.step_id,
+        status=ReceiptStatus.UNCERTAIN,
+        error=INTERRUPTED,
+        attempts=1,
+        created_at=now,
+        updated_at=now,
+    )
 
 
 async def execute(state: TurnState) -> None:
