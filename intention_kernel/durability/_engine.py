@@ -63,8 +63,6 @@ T = TypeVar("T")
 
 _IN_EFFECT: contextvars.ContextVar[bool] = contextvars.ContextVar("ik_in_effect", default=False)
 MAX_NOTE_LENGTH = 4000
-RECORD_RETRY_SECONDS = 10.0
-"""How long a receipt's final write is retried after transient store errors."""
 NOT_CALLED = "cancelled before the provider was called"
 UNRECORDED = "the outcome could not be recorded"
 
@@ -109,6 +107,10 @@ class StoredTurn:
 
 class DurabilityEngine(ABC):
     """Base class of the durable adapters. Subclasses implement the ``_primitives``."""
+
+    record_retry_seconds: float = 10.0
+    """How long a receipt's final write is retried after transient store errors (busy,
+    connection lost) before the receipt is left ``prepared`` (seen as uncertain)."""
 
     def __init__(
         self, *, lock_timeout: float = 30.0, json_limits: JsonLimits = DEFAULT_LIMITS
@@ -402,10 +404,10 @@ class DurabilityEngine(ABC):
         self, lease: Lease, receipt: EffectReceipt, value_json: str | None
     ) -> None:
         """``_finish_effect``, again with back-off after a transient store error (busy, lost
-        connection) for up to ``RECORD_RETRY_SECONDS``. It is a fenced compare-and-set, so a
+        connection) for up to ``record_retry_seconds``. It is a fenced compare-and-set, so a
         retry is safe while the lease is held; an attempt that did land is recognised."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + RECORD_RETRY_SECONDS
+        deadline = loop.time() + self.record_retry_seconds
         delay = 0.01
         attempts = 0
         while True:
