@@ -81,26 +81,31 @@ def diagnose(
                 )
             )
         for r in receipts:
+            base = f"intention-kernel reconcile {q(thread_id)} {q(r.idempotency_key)}"
+            resolve = (
+                f"check the provider, then: {base} --completed --value JSON"
+                f" --note TEXT --actor NAME {store_arg}  (or --not-applied)"
+            )
             if r.status is ReceiptStatus.UNCERTAIN:
-                base = f"intention-kernel reconcile {q(thread_id)} {q(r.idempotency_key)}"
                 findings.append(
                     _finding(
                         "uncertain_receipt",
                         True,
                         f"the write {r.idempotency_key} ({r.capability_id}, turn {r.turn_id})"
                         " may or may not have happened; every turn that needs it fails closed.",
-                        f"check the provider, then: {base} --completed --value JSON"
-                        f" --note TEXT --actor NAME {store_arg}  (or --not-applied)",
+                        resolve,
                     )
                 )
             elif r.status is ReceiptStatus.PREPARED and not lease.held:
+                # No turn runs it: the turn ended before recording the outcome (interrupted).
                 findings.append(
                     _finding(
                         "prepared_receipt",
                         True,
-                        f"the write {r.idempotency_key} was prepared by a turn that did not"
-                        " finish; the next attempt records it as uncertain.",
-                        "run the turn again, then reconcile the receipt it reports",
+                        f"the write {r.idempotency_key} ({r.capability_id}, turn {r.turn_id})"
+                        " was interrupted: its turn ended before recording the outcome, so it"
+                        " may or may not have happened; every turn that needs it fails closed.",
+                        resolve,
                     )
                 )
         if checkpoint is not None and checkpoint.interaction is not None:

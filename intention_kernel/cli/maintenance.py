@@ -60,7 +60,8 @@ async def _postgres_schema(url: str, schema: str | None) -> SchemaInfo:
 
 
 def status(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
-    """Schema version and counts: threads, turns, uncertain receipts, undelivered/dead events."""
+    """Schema version and counts: threads, turns, uncertain receipts (interrupted prepared ones
+    included), undelivered/dead events."""
 
     async def body() -> Any:
         async with open_store(store) as opened:

@@ -2,11 +2,16 @@
 
 Why the operator must say ``--completed --value`` or ``--not-applied``: only someone who looked
 at the provider knows; the next turn then replays the value or retries once.
+
+A ``prepared`` receipt whose turn is not running any more (no live holder of the thread's lease)
+was interrupted before its outcome was recorded: the store lists it among the uncertain ones, as
+stored, and this command shows it as ``prepared (interrupted)`` (JSON: ``"interrupted": true``).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from enum import StrEnum
 from typing import Annotated, Any
 
@@ -14,10 +19,33 @@ import typer
 from pydantic import JsonValue
 from rich.table import Table
 
-from ..contracts.receipts import ReceiptStatus, ReconcileOutcome
+from ..contracts.durability import DurabilityStore
+from ..contracts.receipts import EffectReceipt, ReceiptStatus, ReconcileOutcome
 from ._common import CliError, JsonOpt, StoreOpt, age, emit, open_store, out, run
 
-__all__ = ["register"]
+__all__ = ["interrupted_keys", "register", "status_label"]
+
+
+async def interrupted_keys(
+    store: DurabilityStore, receipts: Sequence[EffectReceipt], *, listed_uncertain: bool = False
+) -> set[tuple[str, str]]:
+    """``(thread_id, key)`` of the ``prepared`` receipts among ``receipts`` whose turn was
+    interrupted: those the store lists as uncertain (``listed_uncertain``: ``receipts`` is such
+    a listing already), one listing per thread otherwise."""
+    prepared = [r for r in receipts if r.status is ReceiptStatus.PREPARED]
+    if listed_uncertain:
+        return {(r.thread_id, r.idempotency_key) for r in prepared}
+    found: set[tuple[str, str]] = set()
+    for thread_id in sorted({r.thread_id for r in prepared}):
+        listed = await store.list_receipts(
+            status=ReceiptStatus.UNCERTAIN, thread_id=thread_id, limit=1000
+        )
+        found |= {(r.thread_id, r.idempotency_key) for r in listed}
+    return found
+
+
+def status_label(status: str, interrupted: bool) -> str:
+    return f"{status} (interrupted)" if interrupted else status
 
 
 class StatusChoice(StrEnum):
@@ -43,7 +71,8 @@ def receipts(
     ] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Receipts across threads, oldest first (default: the uncertain ones to reconcile)."""
+    """Receipts across threads, oldest first (default: the uncertain ones to reconcile, with
+    prepared ones whose turn was interrupted)."""
 
     async def body() -> dict[str, Any]:
         async with open_store(store) as opened:
@@ -51,6 +80,9 @@ def receipts(
                 return {"reconciliations": await opened.reconciliations(thread_id=thread)}
             wanted = None if status is StatusChoice.all else ReceiptStatus(status.value)
             rows = await opened.list_receipts(status=wanted, thread_id=thread, limit=limit)
+            interrupted = await interrupted_keys(
+                opened, rows, listed_uncertain=wanted is ReceiptStatus.UNCERTAIN
+            )
         return {
             "receipts": [
                 {
@@ -59,6 +91,7 @@ def receipts(
                     "capability_id": r.capability_id,
                     "turn_id": r.turn_id,
                     "status": str(r.status),
+                    "interrupted": (r.thread_id, r.idempotency_key) in interrupted,
                     "receipt_id": r.id,
                     "attempts": r.attempts,
                     "error": r.error,
@@ -92,7 +125,7 @@ def receipts(
                     r["capability_id"],
                     r["idempotency_key"],
                     r["turn_id"],
-                    r["status"],
+                    status_label(r["status"], r["interrupted"]),
                 )
         out.print(table)
 
@@ -126,7 +159,9 @@ def reconcile(
     actor: Annotated[str, typer.Option("--actor", help="Who decided (audit log).")] = "",
     as_json: JsonOpt = False,
 ) -> None:
-    """Resolve an uncertain receipt; recorded in the audit log (see receipts --history)."""
+    """Resolve an uncertain (or interrupted prepared) receipt; recorded in the audit log (see
+    receipts --history). A prepared receipt is resolved holding the thread's lease: while a
+    turn still runs it, this waits for the store's lock timeout, then fails (LOCK_TIMEOUT)."""
 
     async def body() -> dict[str, Any]:
         if completed == not_applied:

@@ -12,6 +12,7 @@ from ..contracts.checkpoint import KernelCheckpoint
 from ..contracts.durability import DurabilityStore
 from ..contracts.turns import DurableTurnResult
 from ._common import CliError, JsonOpt, StoreOpt, age, emit, inspector, open_store, out, run
+from .receipts import interrupted_keys, status_label
 
 __all__ = ["register", "require_thread", "thread_app"]
 
@@ -42,7 +43,10 @@ def threads(
     fingerprint: Annotated[
         str | None, typer.Option(help="Only threads whose checkpoint has this fingerprint.")
     ] = None,
-    uncertain: Annotated[bool, typer.Option(help="Only threads with uncertain receipts.")] = False,
+    uncertain: Annotated[
+        bool,
+        typer.Option(help="Only threads with uncertain (or interrupted prepared) receipts."),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """List threads in id order; page with --after (the next_after of the previous page)."""
@@ -122,6 +126,7 @@ def show(
         async with open_store(store) as opened:
             checkpoint = await require_thread(opened, thread_id)
             receipts = await opened.list_receipts(thread_id=thread_id, limit=1000)
+            interrupted = await interrupted_keys(opened, receipts)
         return {
             "thread_id": thread_id,
             "checkpoint": None if checkpoint is None else _checkpoint_json(checkpoint),
@@ -130,6 +135,7 @@ def show(
                     "idempotency_key": r.idempotency_key,
                     "capability_id": r.capability_id,
                     "status": str(r.status),
+                    "interrupted": (r.thread_id, r.idempotency_key) in interrupted,
                     "turn_id": r.turn_id,
                     "updated_at": r.updated_at,
                 }
@@ -162,7 +168,8 @@ def show(
                 out.print(f"  waiting on {i['kind']}: {i['prompt']}", markup=False)
         for r in data["receipts"]:
             out.print(
-                f"  receipt {r['idempotency_key']} [{r['status']}] turn {r['turn_id']}",
+                f"  receipt {r['idempotency_key']}"
+                f" [{status_label(r['status'], r['interrupted'])}] turn {r['turn_id']}",
                 markup=False,
             )
 

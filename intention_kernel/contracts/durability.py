@@ -155,7 +155,9 @@ class DurabilityStore(Durability, Protocol):
         thread_id: str | None = None,
         limit: int = 100,
     ) -> list[EffectReceipt]:
-        """Receipts across threads, oldest update first; cheap for ``status=UNCERTAIN``."""
+        """Receipts across threads, oldest update first, as stored. ``status=UNCERTAIN`` lists
+        the receipts waiting for an operator: ``uncertain`` ones and interrupted ``prepared``
+        ones (no live holder has the thread's lease); other statuses filter the stored one."""
         ...
 
     async def reconcile(
@@ -169,7 +171,11 @@ class DurabilityStore(Durability, Protocol):
         actor: str,
     ) -> EffectReceipt:
         """Resolve an ``uncertain`` receipt: ``completed`` (with the provider's value) or
-        ``not_applied`` (becomes ``failed`` so a retry may run). Keeps an audit record."""
+        ``not_applied`` (becomes ``failed`` so a retry may run). Keeps an audit record.
+
+        An interrupted ``prepared`` receipt is resolved too: the store takes the thread's lease
+        for the write (waiting up to its lock timeout for a running turn, then ``LOCK_TIMEOUT``)
+        and moves its epoch, so no turn can still be running the effect."""
         ...
 
     async def reconciliations(

@@ -35,6 +35,7 @@ class ThreadSummary:
     turns: int = 0
     last_commit_at: datetime | None = None
     uncertain_receipts: int = 0
+    """``uncertain`` receipts plus interrupted ``prepared`` ones (no live lease holder)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +54,7 @@ class StoreStatus:
     threads: int
     turns: int
     uncertain_receipts: int
+    """``uncertain`` receipts plus interrupted ``prepared`` ones (no live lease holder)."""
     undelivered_events: int
     dead_events: int
     backend: str

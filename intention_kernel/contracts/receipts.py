@@ -8,6 +8,10 @@ A receipt moves through these states (the ledger rules live in ``durability._led
                            └─found at start (crash)──> UNCERTAIN
     UNCERTAIN ──reconcile(completed)──> COMPLETED
     UNCERTAIN ──reconcile(not_applied)─> FAILED
+
+A ``prepared`` receipt while no live holder has the thread's lease was interrupted (its turn
+ended before recording the outcome); it is listed and counted as uncertain, as stored, and
+``reconcile`` resolves it the same way.
 """
 
 from __future__ import annotations
@@ -34,8 +38,9 @@ __all__ = [
 
 class ReceiptStatus(StrEnum):
     PREPARED = "prepared"
-    """Durably recorded before the provider call; if found at the start of a call, the
-    previous attempt died mid-call and the outcome is unknown."""
+    """Durably recorded before the provider call; if found at the start of a call, or while
+    no one holds the thread's lease (interrupted), the attempt ended mid-call and the outcome
+    is unknown."""
     COMPLETED = "completed"
     """The provider returned; the stored value is replayed for every later call."""
     FAILED = "failed"

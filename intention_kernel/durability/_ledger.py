@@ -2,6 +2,12 @@
 
 An adapter reads the stored receipt inside its transaction, asks ``start_effect`` what to do,
 writes the receipt it returns (if any), and commits.
+
+A ``prepared`` receipt while no live holder has the thread's lease was left by a turn that
+ended before recording the outcome (a crash, or a lost ``completed`` write): its provider call
+may or may not have happened, so for every operator purpose it is uncertain
+(``needs_operator``). It stays stored as ``prepared``; ``reconcile`` resolves it while holding
+the thread's lease itself (``reconcile_takes_lease``), so no turn can be running it.
 """
 
 from __future__ import annotations
@@ -32,8 +38,10 @@ __all__ = [
     "EffectAction",
     "EffectStart",
     "finish_receipt",
+    "needs_operator",
     "outcome_status",
     "reconcile_receipt",
+    "reconcile_takes_lease",
     "resolve_uncertain",
     "start_effect",
     "uncertain_error",
@@ -143,6 +151,20 @@ def finish_receipt(
     )
 
 
+def needs_operator(status: ReceiptStatus, *, lease_held: bool) -> bool:
+    """Whether a receipt waits for an operator (is listed and counted as uncertain):
+    ``uncertain``, or ``prepared`` while no live holder has the thread's lease (interrupted)."""
+    return status is ReceiptStatus.UNCERTAIN or (
+        status is ReceiptStatus.PREPARED and not lease_held
+    )
+
+
+def reconcile_takes_lease(existing: EffectReceipt | None) -> bool:
+    """Whether ``reconcile`` must hold the thread's lease (moving its epoch) for its write: a
+    ``prepared`` receipt may belong to a running turn, which the lease waits for and fences."""
+    return existing is not None and existing.status is ReceiptStatus.PREPARED
+
+
 def reconcile_receipt(
     existing: EffectReceipt | None,
     outcome: ReconcileOutcome,
@@ -151,17 +173,23 @@ def reconcile_receipt(
     idempotency_key: str,
     value: JsonValue,
     now: datetime,
+    holds_lease: bool = False,
 ) -> EffectReceipt:
-    """The receipt after an operator resolution; only ``uncertain`` receipts can be resolved."""
+    """The receipt after an operator resolution: ``uncertain`` receipts can be resolved, and
+    ``prepared`` ones when the caller holds the thread's lease (no turn runs the effect, so
+    it was interrupted and its outcome is unknown)."""
     if existing is None:
         raise EffectConflictError(
             "no receipt exists for this key in this thread",
             code=ErrorCode.RECEIPT_NOT_FOUND,
             context={"thread_id": thread_id, "idempotency_key": idempotency_key},
         )
-    if existing.status is not ReceiptStatus.UNCERTAIN:
+    if not (
+        existing.status is ReceiptStatus.UNCERTAIN
+        or (existing.status is ReceiptStatus.PREPARED and holds_lease)
+    ):
         raise EffectConflictError(
-            "only an uncertain receipt can be reconciled",
+            "only an uncertain (or interrupted prepared) receipt can be reconciled",
             code=ErrorCode.RECEIPT_NOT_UNCERTAIN,
             context={
                 "thread_id": thread_id,
@@ -184,8 +212,10 @@ def resolve_uncertain(
     note: str,
     actor: str,
     now: datetime,
+    holds_lease: bool = False,
 ) -> tuple[EffectReceipt, ReconciliationRecord]:
-    """The resolved receipt and its audit record, for an adapter to write in one transaction."""
+    """The resolved receipt and its audit record, for an adapter to write in one transaction
+    (``previous_status`` is the stored status: ``uncertain`` or ``prepared``)."""
     receipt = reconcile_receipt(
         existing,
         outcome,
@@ -193,6 +223,7 @@ def resolve_uncertain(
         idempotency_key=idempotency_key,
         value=value,
         now=now,
+        holds_lease=holds_lease,
     )
     assert existing is not None  # reconcile_receipt refused a missing receipt
     record = ReconciliationRecord(

@@ -1,7 +1,8 @@
 """``StoreInspector`` for the test-only memory store, mixed into ``MemoryDurability``.
 
 It mirrors the SQLite rules so tests of operator tooling can run in memory; the lease is the
-thread's ``asyncio.Lock`` and has no deadline.
+thread's ``asyncio.Lock`` and has no deadline. Uncertain counts include ``prepared`` receipts of
+threads whose lock nobody holds (interrupted, see ``_ledger.needs_operator``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from ..contracts.inspect import LeaseInfo, PruneReport, SchemaInfo, StoreStatus,
 from ..contracts.receipts import EffectReceipt, ReceiptStatus
 from ..contracts.turns import DurableTurnResult
 from ._documents import PRUNED_TURN, decode_model, is_pruned
+from ._ledger import needs_operator
 from ._listing import check_limit
 
 if TYPE_CHECKING:
@@ -33,6 +35,13 @@ class MemoryInspection:
             decode_model(EffectReceipt, text, what="receipt")
             for text in self.store.receipts.values()
         ]
+
+    def _lease_held(self, thread_id: str) -> bool:
+        lock = self.store.locks.get(thread_id)
+        return lock is not None and lock.locked()
+
+    def _awaits_operator(self, receipt: EffectReceipt) -> bool:
+        return needs_operator(receipt.status, lease_held=self._lease_held(receipt.thread_id))
 
     def _thread_ids(self) -> set[str]:
         return set(self.store.heads) | {thread for thread, _ in self.store.receipts}
@@ -69,9 +78,7 @@ class MemoryInspection:
                     ),
                     last_commit_at=max(commits, default=None),
                     uncertain_receipts=sum(
-                        1
-                        for r in receipts
-                        if r.thread_id == thread_id and r.status is ReceiptStatus.UNCERTAIN
+                        1 for r in receipts if r.thread_id == thread_id and self._awaits_operator(r)
                     ),
                 )
             )
@@ -86,9 +93,7 @@ class MemoryInspection:
             schema_version=0,
             threads=len(self._thread_ids()),
             turns=sum(1 for row in self.store.turns.values() if not is_pruned(row.result_json)),
-            uncertain_receipts=sum(
-                1 for r in self._receipts() if r.status is ReceiptStatus.UNCERTAIN
-            ),
+            uncertain_receipts=sum(1 for r in self._receipts() if self._awaits_operator(r)),
             undelivered_events=sum(1 for d in live if d is None or not d.done),
             dead_events=sum(1 for d in live if d is not None and d.dead),
             backend="memory",
@@ -99,10 +104,9 @@ class MemoryInspection:
 
     async def lease_info(self, thread_id: str) -> LeaseInfo:
         validate_thread_id(thread_id)
-        lock = self.store.locks.get(thread_id)
         return LeaseInfo(
             thread_id=thread_id,
-            held=lock is not None and lock.locked(),
+            held=self._lease_held(thread_id),
             epoch=self.store.epochs.get(thread_id),
             mechanism="asyncio.Lock in this process",
         )

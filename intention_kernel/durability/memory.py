@@ -31,7 +31,13 @@ from ..contracts.turns import DurableTurnResult
 from . import _turns
 from ._documents import decode_model, decode_turn, encode_model, is_pruned
 from ._engine import DurabilityEngine, Lease, StoredTurn, TurnCommit
-from ._ledger import EffectStart, resolve_uncertain, start_effect
+from ._ledger import (
+    EffectStart,
+    needs_operator,
+    reconcile_takes_lease,
+    resolve_uncertain,
+    start_effect,
+)
 from ._listing import check_limit
 from ._memory_inspect import MemoryInspection
 from ._memory_outbox import Delivery, MemoryOutboxSource
@@ -94,7 +100,10 @@ class MemoryDurability(DurabilityEngine, MemoryOutboxSource, MemoryInspection):
     async def _lease(self, thread_id: str) -> AsyncIterator[Lease]:
         lock = self.store.locks.setdefault(thread_id, asyncio.Lock())
         try:
-            await asyncio.wait_for(lock.acquire(), self.lock_timeout)
+            # Not ``wait_for``: on Python 3.11 it returns a result that raced a cancellation
+            # and so swallows the cancel (with the lock taken).
+            async with asyncio.timeout(self.lock_timeout):
+                await lock.acquire()
         except TimeoutError:
             raise DurabilityError(
                 "timed out waiting for the thread lease",
@@ -171,20 +180,31 @@ class MemoryDurability(DurabilityEngine, MemoryOutboxSource, MemoryInspection):
         note: str,
         actor: str,
     ) -> EffectReceipt:
-        existing = await self.get_receipt(thread_id, idempotency_key)
-        receipt, record = resolve_uncertain(
-            existing,
-            outcome,
-            thread_id=thread_id,
-            idempotency_key=idempotency_key,
-            value=value,
-            note=note,
-            actor=actor,
-            now=self._now(),
-        )
-        self._put_receipt(receipt)
-        self.store.reconciliations.append(encode_model(record, what="reconciliation"))
-        return receipt
+        """A ``prepared`` receipt is resolved under the thread's lock with a new epoch (a turn
+        running it is waited for; one that lost the lock is fenced)."""
+
+        async def resolve(holds_lease: bool) -> EffectReceipt:
+            existing = await self.get_receipt(thread_id, idempotency_key)
+            receipt, record = resolve_uncertain(
+                existing,
+                outcome,
+                thread_id=thread_id,
+                idempotency_key=idempotency_key,
+                value=value,
+                note=note,
+                actor=actor,
+                now=self._now(),
+                holds_lease=holds_lease,
+            )
+            self._put_receipt(receipt)
+            self.store.reconciliations.append(encode_model(record, what="reconciliation"))
+            return receipt
+
+        if not reconcile_takes_lease(await self.get_receipt(thread_id, idempotency_key)):
+            return await resolve(False)
+        async with self._lease(thread_id) as lease:
+            self._fence(lease)
+            return await resolve(True)
 
     async def _close(self) -> None:
         return None
@@ -245,7 +265,15 @@ class MemoryDurability(DurabilityEngine, MemoryOutboxSource, MemoryInspection):
             for (t, _), text in self.store.receipts.items()
             if thread_id is None or t == thread_id
         ]
-        chosen = [r for r in receipts if status is None or r.status is ReceiptStatus(status)]
+        if status is not None and ReceiptStatus(status) is ReceiptStatus.UNCERTAIN:
+            # Also interrupted ``prepared`` receipts (no live lease holder), as stored.
+            chosen = [
+                r
+                for r in receipts
+                if needs_operator(r.status, lease_held=self._lease_held(r.thread_id))
+            ]
+        else:
+            chosen = [r for r in receipts if status is None or r.status is ReceiptStatus(status)]
         chosen.sort(key=lambda r: (r.updated_at, r.id))
         return chosen[:limit]
 

@@ -14,11 +14,13 @@ from typer.testing import CliRunner, Result
 
 from intention_kernel.cli._app import app
 from intention_kernel.contracts import (
+    DurabilityError,
     DurabilityStore,
     DurableTurnResult,
     EffectAuthority,
     EffectIdentity,
     EffectUncertainError,
+    ErrorCode,
     KernelCheckpoint,
     KernelEvent,
     Message,
@@ -27,7 +29,15 @@ from intention_kernel.contracts import (
 from intention_kernel.contracts.checkpoint import AgendaItem, FactRecord, Interaction
 from intention_kernel.durability.sqlite import SQLiteDurability
 
-__all__ = ["Provider", "cli", "cli_json", "commit_turn", "open_sqlite", "uncertain_turn"]
+__all__ = [
+    "Provider",
+    "cli",
+    "cli_json",
+    "commit_turn",
+    "interrupted_turn",
+    "open_sqlite",
+    "uncertain_turn",
+]
 
 _runner = CliRunner()
 
@@ -158,6 +168,29 @@ async def uncertain_turn(
         raise AssertionError("expected an uncertain effect")
     finally:
         provider.lose = False
+
+
+async def interrupted_turn(
+    store: DurabilityStore, thread_id: str, turn_id: str, key: str, provider: Provider
+) -> None:
+    """A turn whose charge is made but whose ``completed`` write is lost (the store keeps
+    failing): the turn raises, nothing commits and the receipt stays ``prepared``."""
+    patched: Any = store
+
+    async def lost(*args: object) -> None:
+        raise DurabilityError("connection lost", code=ErrorCode.STORE_UNAVAILABLE, retryable=True)
+
+    patched._finish_effect = lost
+    if hasattr(patched, "record_retry_seconds"):
+        patched.record_retry_seconds = 0.05
+    try:
+        await commit_turn(store, thread_id, turn_id, charge=(key, provider))
+    except (DurabilityError, EffectUncertainError):
+        pass
+    else:  # pragma: no cover
+        raise AssertionError("expected the turn to fail")
+    finally:
+        del patched._finish_effect
 
 
 def sql(path: Path, statement: str, args: Sequence[Any] = ()) -> list[Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+from pydantic import JsonValue
 
 from intention_kernel.contracts import (
     EffectConflictError,
@@ -119,6 +120,68 @@ def test_reconcile_table(
                 existing, outcome, thread_id="t", idempotency_key="k", value=None, now=NOW
             )
         assert caught.value.code == result
+
+
+@pytest.mark.parametrize(
+    ("stored", "outcome", "result"),
+    [
+        (ReceiptStatus.PREPARED, "completed", ReceiptStatus.COMPLETED),
+        (ReceiptStatus.PREPARED, "not_applied", ReceiptStatus.FAILED),
+        (ReceiptStatus.UNCERTAIN, "completed", ReceiptStatus.COMPLETED),
+        (ReceiptStatus.COMPLETED, "not_applied", ErrorCode.RECEIPT_NOT_UNCERTAIN),
+        (ReceiptStatus.FAILED, "completed", ErrorCode.RECEIPT_NOT_UNCERTAIN),
+        (None, "completed", ErrorCode.RECEIPT_NOT_FOUND),
+    ],
+)
+def test_reconcile_table_holding_the_lease(
+    stored: ReceiptStatus | None, outcome: ReconcileOutcome, result: object
+) -> None:
+    """Holding the thread's lease, a ``prepared`` receipt is interrupted: it is resolved like
+    an uncertain one, and the audit record keeps ``prepared`` as the previous status."""
+    existing = None if stored is None else receipt(stored)
+    if isinstance(result, ReceiptStatus):
+        value: JsonValue = {"charge": 1} if outcome == "completed" else None
+        done, record = _ledger.resolve_uncertain(
+            existing,
+            outcome,
+            thread_id="t",
+            idempotency_key="k",
+            value=value,
+            note="n",
+            actor="a",
+            now=NOW,
+            holds_lease=True,
+        )
+        assert (done.status, done.value, done.id) == (result, value, "rcpt_1")
+        assert record.previous_status is stored and record.receipt_id == "rcpt_1"
+    else:
+        with pytest.raises(EffectConflictError) as caught:
+            _ledger.reconcile_receipt(
+                existing,
+                outcome,
+                thread_id="t",
+                idempotency_key="k",
+                value=None,
+                now=NOW,
+                holds_lease=True,
+            )
+        assert caught.value.code == result
+
+
+@pytest.mark.parametrize(
+    ("status", "lease_held", "waits"),
+    [
+        (ReceiptStatus.UNCERTAIN, False, True),
+        (ReceiptStatus.UNCERTAIN, True, True),
+        (ReceiptStatus.PREPARED, False, True),
+        (ReceiptStatus.PREPARED, True, False),
+        (ReceiptStatus.COMPLETED, False, False),
+        (ReceiptStatus.FAILED, False, False),
+    ],
+)
+def test_needs_operator_table(status: ReceiptStatus, lease_held: bool, waits: bool) -> None:
+    assert _ledger.needs_operator(status, lease_held=lease_held) is waits
+    assert _ledger.reconcile_takes_lease(receipt(status)) is (status is ReceiptStatus.PREPARED)
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,9 @@
 A mixin of ``PostgresDurability``. The lease is a row with an owner token and an expiry, so
 ``lease_info`` reads who holds it and until when without touching it. Retention runs in one
 transaction; outbox events are pruned only once the outbox records deliveries.
+
+Uncertain counts include interrupted ``prepared`` receipts: those whose thread has no live lease
+row (``expires_at`` past, or ``-infinity`` once released; see ``_ledger.needs_operator``).
 """
 
 from __future__ import annotations
@@ -18,7 +21,23 @@ from .._listing import check_limit
 from ._errors import translated
 from ._schema import MIGRATIONS
 
-__all__ = ["PostgresInspection", "schema_info_of"]
+__all__ = ["PostgresInspection", "awaits_operator", "lease_free", "schema_info_of"]
+
+
+def lease_free(s: str, alias: str = "r") -> str:
+    """SQL: no live holder has the lease of ``alias.thread_id`` (released or expired)."""
+    return (
+        f"NOT EXISTS (SELECT 1 FROM {s}.leases l WHERE l.thread_id = {alias}.thread_id"
+        " AND l.expires_at > clock_timestamp())"
+    )
+
+
+def awaits_operator(s: str, alias: str = "r") -> str:
+    """SQL: the receipt ``alias`` is uncertain, or prepared by a turn that is not running."""
+    return (
+        f"({alias}.status = 'uncertain' OR ({alias}.status = 'prepared'"
+        f" AND {lease_free(s, alias)}))"
+    )
 
 
 def _pending(version: int) -> tuple[str, ...]:
@@ -85,7 +104,7 @@ class PostgresInspection:
                        (SELECT max(committed_at) FROM {s}.turns t
                          WHERE t.thread_id = c.thread_id) AS last_commit_at,
                        (SELECT count(*) FROM {s}.receipts r
-                         WHERE r.thread_id = c.thread_id AND r.status = 'uncertain')
+                         WHERE r.thread_id = c.thread_id AND {awaits_operator(s)})
                            AS uncertain
                   FROM chosen c LEFT JOIN {s}.heads h ON h.thread_id = c.thread_id
                  ORDER BY c.thread_id
@@ -119,7 +138,8 @@ class PostgresInspection:
                          UNION SELECT thread_id FROM {s}.receipts) ids) AS threads,
                       (SELECT count(*) FROM {s}.turns WHERE result <> '{PRUNED_TURN}') AS turns,
                       (SELECT count(*) FROM {s}.receipts WHERE status = 'uncertain')
-                         AS uncertain"""
+                      + (SELECT count(*) FROM {s}.receipts r
+                          WHERE r.status = 'prepared' AND {lease_free(s)}) AS uncertain"""
                 )
                 if await self._has_deliveries(conn):
                     undelivered = await conn.fetchval(

@@ -14,6 +14,7 @@ from ...contracts.receipts import EffectReceipt, ReceiptStatus, ReconciliationRe
 from ...contracts.turns import DurableTurnResult
 from .._documents import PRUNED_TURN, decode_model, decode_turn
 from .._listing import check_limit
+from ._inspect import lease_free
 from ._outbox import stored_event
 from ._sql import Statements
 
@@ -87,11 +88,14 @@ class PostgresReads:
         thread_id: str | None = None,
         limit: int = 100,
     ) -> list[EffectReceipt]:
-        """Oldest update first; ``status=UNCERTAIN`` reads the partial index only."""
+        """Oldest update first; ``status=UNCERTAIN`` reads the partial index, plus the
+        ``prepared`` receipts of threads without a live lease (interrupted), as stored."""
         check_limit(limit)
         if thread_id is not None:
             validate_thread_id(thread_id)
         self._check_open()
+        if status is not None and ReceiptStatus(status) is ReceiptStatus.UNCERTAIN:
+            return await self._awaiting_operator(thread_id, limit)
         where: list[str] = []
         args: list[Any] = []
         if status is not None:
@@ -106,6 +110,31 @@ class PostgresReads:
         rows = await self._fetch(
             f'SELECT thread_id, receipt FROM "{self.schema}".receipts {clause}'
             f" ORDER BY updated_at, id LIMIT ${len(args)}",
+            *args,
+        )
+        return [
+            decode_model(EffectReceipt, r["receipt"], what="receipt", thread_id=r["thread_id"])
+            for r in rows
+        ]
+
+    async def _awaiting_operator(self, thread_id: str | None, limit: int) -> list[EffectReceipt]:
+        s = f'"{self.schema}"'
+        args: list[Any] = [limit]
+        only = ""
+        if thread_id is not None:
+            args.append(thread_id)
+            only = " AND r.thread_id = $2"
+        # Two ordered, limited branches: the first keeps to the partial index on 'uncertain';
+        # the second finds the prepared receipts whose turn is not running any more.
+        rows = await self._fetch(
+            f"""SELECT thread_id, receipt FROM (
+                (SELECT r.thread_id, r.receipt, r.updated_at, r.id FROM {s}.receipts r
+                  WHERE r.status = 'uncertain'{only} ORDER BY r.updated_at, r.id LIMIT $1)
+                UNION ALL
+                (SELECT r.thread_id, r.receipt, r.updated_at, r.id FROM {s}.receipts r
+                  WHERE r.status = 'prepared'{only} AND {lease_free(s)}
+                  ORDER BY r.updated_at, r.id LIMIT $1)
+            ) AS u ORDER BY updated_at, id LIMIT $1""",
             *args,
         )
         return [

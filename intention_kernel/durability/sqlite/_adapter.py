@@ -41,11 +41,11 @@ from ...contracts.turns import DurableTurnResult
 from .. import _turns
 from .._documents import PRUNED_TURN, decode_model, decode_turn, encode_model
 from .._engine import DurabilityEngine, Lease, StoredTurn, TurnCommit
-from .._ledger import EffectStart, resolve_uncertain, start_effect
+from .._ledger import EffectStart, reconcile_takes_lease, resolve_uncertain, start_effect
 from .._listing import check_limit
 from ..crashpoints import CrashPoint, crash_point
 from ._connection import Connection
-from ._inspect import SQLiteInspection
+from ._inspect import SQLiteInspection, awaiting_operator, lease_probe
 from ._lease import LockFiles
 from ._location import check_local, parse_location
 from ._outbox import SQLiteOutboxSource
@@ -223,11 +223,14 @@ class SQLiteDurability(DurabilityEngine, SQLiteOutboxSource, SQLiteInspection):
             _fence(conn, lease)
             return fn(conn)
 
-        result = await self._db.write(run)
-        if not lease.bumped:  # committed: the epoch is ours now
-            lease.epoch += 1
-            lease.bumped = True
-        return result
+        def took_over() -> None:
+            # On the worker thread, right after COMMIT: the next write of this turn (queued
+            # behind it, or after a cancelled caller) must see the epoch it moved.
+            if not lease.bumped:
+                lease.epoch += 1
+                lease.bumped = True
+
+        return await self._db.write(run, on_commit=took_over)
 
     async def _load(
         self, lease: Lease, turn_id: str
@@ -331,7 +334,11 @@ class SQLiteDurability(DurabilityEngine, SQLiteOutboxSource, SQLiteInspection):
         note: str,
         actor: str,
     ) -> EffectReceipt:
-        def reconcile(conn: sqlite3.Connection) -> EffectReceipt:
+        """A ``prepared`` receipt is resolved under the thread's lease: the flock (waiting up to
+        ``lock_timeout`` for a running turn) and the epoch moved in the same transaction, so a
+        paused former holder is fenced."""
+
+        def reconcile(conn: sqlite3.Connection, holds_lease: bool) -> EffectReceipt:
             existing = _read_receipt(conn, thread_id, idempotency_key)
             receipt, record = resolve_uncertain(
                 existing,
@@ -342,6 +349,7 @@ class SQLiteDurability(DurabilityEngine, SQLiteOutboxSource, SQLiteInspection):
                 note=note,
                 actor=actor,
                 now=self._now(),
+                holds_lease=holds_lease,
             )
             self._put_receipt(conn, receipt)
             conn.execute(
@@ -356,7 +364,11 @@ class SQLiteDurability(DurabilityEngine, SQLiteOutboxSource, SQLiteInspection):
             )
             return receipt
 
-        return await self._db.write(reconcile)
+        stored = await self._db.read(lambda conn: _read_receipt(conn, thread_id, idempotency_key))
+        if not reconcile_takes_lease(stored):
+            return await self._db.write(lambda conn: reconcile(conn, False))
+        async with self._lease(thread_id) as lease:
+            return await self._fenced_write(lease, lambda conn: reconcile(conn, True))
 
     async def _close(self) -> None:
         await self._db.close()
@@ -411,15 +423,20 @@ class SQLiteDurability(DurabilityEngine, SQLiteOutboxSource, SQLiteInspection):
             validate_thread_id(thread_id)
         wanted = None if status is None else str(ReceiptStatus(status))
         self._check_open()
+        held = lease_probe(self._locks)
 
         def read(conn: sqlite3.Connection) -> list[EffectReceipt]:
-            # ``status = ?`` uses ik_receipts_by_status: listing uncertain work stays cheap.
-            clauses, args = _filters(status=wanted, thread_id=thread_id)
-            rows = conn.execute(
-                "SELECT thread_id, CAST(document AS BLOB) FROM ik_receipts"
-                f"{clauses} ORDER BY updated_us, receipt_id LIMIT ?",
-                (*args, limit),
-            ).fetchall()
+            if wanted == ReceiptStatus.UNCERTAIN:
+                # And interrupted ``prepared`` receipts (no live lock holder), as stored.
+                rows = awaiting_operator(conn, held, thread_id=thread_id, limit=limit)
+            else:
+                # ``status = ?`` uses ik_receipts_by_status: listing a status stays cheap.
+                clauses, args = _filters(status=wanted, thread_id=thread_id)
+                rows = conn.execute(
+                    "SELECT thread_id, CAST(document AS BLOB) FROM ik_receipts"
+                    f"{clauses} ORDER BY updated_us, receipt_id LIMIT ?",
+                    (*args, limit),
+                ).fetchall()
             return [
                 decode_model(EffectReceipt, text, what="receipt", thread_id=thread)
                 for thread, text in rows

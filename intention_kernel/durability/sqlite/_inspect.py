@@ -4,6 +4,10 @@ Kept out of ``_adapter`` so the turn engine stays readable; mixed into ``SQLiteD
 The lease probe takes the thread's lock file with ``LOCK_SH | LOCK_NB`` and drops it at once:
 it never waits, and a holder is never disturbed (a waiting writer retries within milliseconds).
 ``/proc/locks`` names the holding process on Linux.
+
+The same probe tells interrupted ``prepared`` receipts (no live holder of the thread's lock: the
+turn ended before recording the outcome) from those of a running turn; the former are listed and
+counted as uncertain (see ``_ledger.needs_operator``).
 """
 
 from __future__ import annotations
@@ -12,9 +16,10 @@ import contextlib
 import fcntl
 import os
 import sqlite3
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ...contracts.errors import InvalidInputError
 from ...contracts.ids import validate_thread_id
@@ -29,7 +34,7 @@ if TYPE_CHECKING:
     from ._connection import Connection
     from ._lease import LockFiles
 
-__all__ = ["SQLiteInspection", "read_schema_info"]
+__all__ = ["SQLiteInspection", "awaiting_operator", "lease_probe", "read_schema_info"]
 
 _LIVE = ("uncertain", "prepared")
 
@@ -92,6 +97,51 @@ def _probe(path: Path) -> bool:
         os.close(fd)
 
 
+def lease_probe(locks: LockFiles) -> Callable[[str], bool]:
+    """``held(thread_id)``: whether a live holder has the thread's lock file (a ``_probe``,
+    remembered for the call that made it). Lock files are never deleted, so a missing one
+    means the thread was never leased here."""
+    seen: dict[str, bool] = {}
+
+    def held(thread_id: str) -> bool:
+        if thread_id not in seen:
+            with translate_errors(what="lock file", thread_id=thread_id):
+                seen[thread_id] = _probe(locks.path_for(thread_id))
+        return seen[thread_id]
+
+    return held
+
+
+def _interrupted(
+    conn: sqlite3.Connection, held: Callable[[str], bool], thread_id: str | None = None
+) -> list[Any]:
+    """``(updated_us, receipt_id, thread_id, document)`` of the ``prepared`` receipts whose
+    thread's lock nobody holds, oldest update first (few: a prepared receipt is in flight or
+    was interrupted)."""
+    clause, args = ("", ()) if thread_id is None else (" AND thread_id = ?", (thread_id,))
+    rows = conn.execute(
+        "SELECT updated_us, receipt_id, thread_id, CAST(document AS BLOB) FROM ik_receipts"
+        f" WHERE status = 'prepared'{clause} ORDER BY updated_us, receipt_id",
+        args,
+    ).fetchall()
+    return [row for row in rows if not held(row[2])]
+
+
+def awaiting_operator(
+    conn: sqlite3.Connection, held: Callable[[str], bool], *, thread_id: str | None, limit: int
+) -> list[tuple[str, Any]]:
+    """``(thread_id, document)`` of the receipts waiting for an operator, oldest update first:
+    ``uncertain`` ones (through the status index) and interrupted ``prepared`` ones."""
+    clause, args = ("", ()) if thread_id is None else (" AND thread_id = ?", (thread_id,))
+    uncertain = conn.execute(
+        "SELECT updated_us, receipt_id, thread_id, CAST(document AS BLOB) FROM ik_receipts"
+        f" WHERE status = 'uncertain'{clause} ORDER BY updated_us, receipt_id LIMIT ?",
+        (*args, limit),
+    ).fetchall()
+    rows = sorted(uncertain + _interrupted(conn, held, thread_id), key=lambda r: (r[0], r[1]))
+    return [(row[2], row[3]) for row in rows[:limit]]
+
+
 def _micros(moment: datetime) -> int:
     return (moment - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
 
@@ -114,6 +164,7 @@ class SQLiteInspection:
     ) -> list[ThreadSummary]:
         check_limit(limit)
         self._check_open()
+        held = lease_probe(self._locks)
 
         def read(conn: sqlite3.Connection) -> list[ThreadSummary]:
             clauses, args = ["thread_id > ?"], [after or ""]
@@ -130,12 +181,13 @@ class SQLiteInspection:
                     (*args, limit),
                 )
             ]
-            return [_summary(conn, thread_id) for thread_id in ids]
+            return [_summary(conn, thread_id, held) for thread_id in ids]
 
         return await self._db.read(read)
 
     async def store_status(self) -> StoreStatus:
         self._check_open()
+        held = lease_probe(self._locks)
 
         def read(conn: sqlite3.Connection) -> StoreStatus:
             def one(sql: str) -> int:
@@ -150,7 +202,8 @@ class SQLiteInspection:
                 turns=one(f"SELECT count(*) FROM ik_turns WHERE result != '{PRUNED_TURN}'"),
                 uncertain_receipts=one(
                     "SELECT count(*) FROM ik_receipts WHERE status = 'uncertain'"
-                ),
+                )
+                + len(_interrupted(conn, held)),
                 undelivered_events=one(
                     "SELECT count(*) FROM ik_outbox WHERE delivered_at IS NULL AND dead = 0"
                 ),
@@ -232,7 +285,9 @@ class SQLiteInspection:
         return await self._db.write(run)
 
 
-def _summary(conn: sqlite3.Connection, thread_id: str) -> ThreadSummary:
+def _summary(
+    conn: sqlite3.Connection, thread_id: str, held: Callable[[str], bool]
+) -> ThreadSummary:
     head = conn.execute(
         "SELECT h.revision, h.turn_id,"
         " json_extract(t.result, '$.checkpoint.agent_fingerprint') FROM ik_heads AS h"
@@ -255,5 +310,5 @@ def _summary(conn: sqlite3.Connection, thread_id: str) -> ThreadSummary:
         fingerprint=None if head is None else head[2],
         turns=int(turns),
         last_commit_at=None if last is None else datetime.fromisoformat(last),
-        uncertain_receipts=int(uncertain),
+        uncertain_receipts=int(uncertain) + len(_interrupted(conn, held, thread_id)),
     )

@@ -31,6 +31,8 @@ from ._support import (
     make_events,
     make_result,
 )
+from .cancellation import Cancellation
+from .interrupted import InterruptedReceipts
 from .misuse import Misuse
 from .reconcile import Reconcile
 from .rule1_serialize import Rule1Serialize
@@ -63,6 +65,8 @@ class DurabilityConformance(
     Rule6FailedOperation,
     Rule7Restart,
     Reconcile,
+    InterruptedReceipts,
+    Cancellation,
     Misuse,
     Stateful,
 ):
