@@ -21,6 +21,7 @@ from ...contracts.errors import (
     ConfigurationError,
     DurabilityError,
     ErrorCode,
+    KernelError,
     LeaseLostError,
     TurnConflictError,
 )
@@ -34,10 +35,11 @@ from ...contracts.turns import DurableTurnResult
 from .. import _turns
 from .._documents import decode_model, decode_own_model, decode_turn, encode_model
 from .._engine import DurabilityEngine, Lease, StoredTurn, TurnCommit
-from .._ledger import EffectStart, resolve_uncertain, start_effect
+from .._ledger import EffectStart, reconcile_takes_lease, resolve_uncertain, start_effect
+from .._settle import settle
 from ..crashpoints import CrashPoint, crash_point
 from . import _schema
-from ._errors import retrying, translated
+from ._errors import bounded, retrying, translated
 from ._inspect import PostgresInspection
 from ._lease import Heartbeat, LeaseSettings, PgLease, new_owner
 from ._outbox import OutboxStatements, PostgresOutboxNotifier, PostgresOutboxSource
@@ -62,6 +64,9 @@ class _Acquired:
     lease: PgLease | None
     trusted: bool
     row: Any
+    sent: float
+    """Loop time the statement was sent: the lease is proven held until ``sent + ttl``."""
+    claimed: bool = False
 
 
 async def _keep_session(conn: Any) -> None:
@@ -111,10 +116,24 @@ class PostgresDurability(
         lease_ttl: float = 10.0,
         heartbeat_interval: float | None = None,
         json_limits: JsonLimits = DEFAULT_LIMITS,
+        statement_timeout: float | None = None,
     ) -> None:
         super().__init__(lock_timeout=lock_timeout, json_limits=json_limits)
         self.schema = _schema.check_schema_name(schema)
         self.lease_settings = LeaseSettings(lease_ttl, heartbeat_interval)
+        if statement_timeout is None:
+            statement_timeout = self.lock_timeout
+        if (
+            not isinstance(statement_timeout, int | float)
+            or isinstance(statement_timeout, bool)
+            or not 0 < statement_timeout <= 3600
+        ):
+            raise ConfigurationError(
+                "statement_timeout must be a number of seconds in (0, 3600]",
+                context={"setting": "statement_timeout"},
+            )
+        self.statement_timeout = float(statement_timeout)
+        """Longest any statement (with its wait for a pooled connection) may take."""
         self._pool = pool
         self._owns_pool = owns_pool
         # Test-only planted bug for fault tests: writes do not check the lease epoch.
@@ -126,6 +145,8 @@ class PostgresDurability(
         # text is equal to it was written by our own encoder (see ``decode_own_model``).
         self._written: dict[str, str] = {}
         self.server_synchronous_commit: str | None = None
+        # Lease releases that outlive a cancelled caller; ``close`` waits for them.
+        self._background: set[asyncio.Task[None]] = set()
 
     # ---------------------------------------------------------------- opening
 
@@ -140,6 +161,7 @@ class PostgresDurability(
         lease_ttl: float = 10.0,
         heartbeat_interval: float | None = None,
         json_limits: JsonLimits = DEFAULT_LIMITS,
+        statement_timeout: float | None = None,
         min_size: int = 1,
         max_size: int = 10,
         statement_cache_size: int = 100,
@@ -152,6 +174,7 @@ class PostgresDurability(
         poolers (PgBouncer < 1.21 or without ``max_prepared_statements``). ``listen=True``
         (URL only) keeps one extra connection in ``LISTEN`` so relays wake on outbox commits
         (see ``set_outbox_notify``); it is refused behind a transaction-mode pooler.
+        ``statement_timeout`` (default ``lock_timeout``) bounds every statement of a turn.
         """
 
         async def factory() -> PostgresDurability:
@@ -181,6 +204,7 @@ class PostgresDurability(
                     lease_ttl=lease_ttl,
                     heartbeat_interval=heartbeat_interval,
                     json_limits=json_limits,
+                    statement_timeout=statement_timeout,
                 )
             except BaseException:
                 if owns:  # refused settings must not leak the pool we just opened
@@ -232,19 +256,32 @@ class PostgresDurability(
 
     # ---------------------------------------------------------------- statements
 
+    # Each is bounded by ``statement_timeout`` (``bounded``): a session holding a row lock
+    # or an exhausted pool ends the statement with a retryable STORE_BUSY, never a hang.
+
     async def _fetchrow(self, sql: str, *args: Any) -> Any:
-        return await retrying(lambda: self._pool.fetchrow(sql, *args))
+        pool = self._pool
+        return await bounded(lambda t: pool.fetchrow(sql, *args, timeout=t), self.statement_timeout)
 
     async def _fetch(self, sql: str, *args: Any) -> list[Any]:
-        rows: list[Any] = await retrying(lambda: self._pool.fetch(sql, *args))
+        pool = self._pool
+        rows: list[Any] = await bounded(
+            lambda t: pool.fetch(sql, *args, timeout=t), self.statement_timeout
+        )
         return rows
 
     async def _execute(self, sql: str, *args: Any, deadline: float | None = None) -> None:
-        await retrying(lambda: self._pool.execute(sql, *args, timeout=deadline))
+        pool = self._pool
+        await bounded(
+            lambda t: pool.execute(sql, *args, timeout=t), deadline or self.statement_timeout
+        )
 
     async def _execute_status(self, sql: str, *args: Any) -> int:
         """Run one statement; the row count of its status tag (``UPDATE 3`` -> 3)."""
-        status: str = await retrying(lambda: self._pool.execute(sql, *args))
+        pool = self._pool
+        status: str = await bounded(
+            lambda t: pool.execute(sql, *args, timeout=t), self.statement_timeout
+        )
         tail = status.rsplit(" ", 1)[-1]
         return int(tail) if tail.isdigit() else 0
 
@@ -257,7 +294,8 @@ class PostgresDurability(
         self, thread_id: str, turn_id: str, *, skip_committed: bool
     ) -> _Acquired:
         owner = new_owner()
-        row = await self._fetchrow(
+        sent = asyncio.get_running_loop().time()
+        statement = self._fetchrow(
             self._sql.acquire,
             thread_id,
             turn_id,
@@ -265,13 +303,57 @@ class PostgresDurability(
             self.lease_settings.ttl,
             skip_committed,
         )
+        try:  # run to its end even if the caller is cancelled meanwhile (see ``settle``)
+            row, cancel = await settle(statement)
+        except BaseException as exc:
+            if isinstance(exc, KernelError) and not exc.retryable:
+                raise  # refused outright: it took nothing
+            # Timed out, connection lost or cancelled: it may have taken the lease all the same.
+            await self._give_back(thread_id, owner)
+            raise
+        if cancel is not None:
+            if row["epoch"] is not None:
+                await self._give_back(thread_id, owner)
+            raise cancel
         lease = None if row["epoch"] is None else PgLease(thread_id, row["epoch"], owner)
         # The preloaded checkpoint is current only if the previous holder had released the
         # lease before this statement's snapshot (it committed before releasing).
         trusted = lease is not None and (
             (row["seen_rows"] == 0 and lease.epoch == 1) or row["released_epoch"] == lease.epoch - 1
         )
-        return _Acquired(turn_id, lease, trusted, row)
+        return _Acquired(turn_id, lease, trusted, row, sent)
+
+    async def _give_back(self, thread_id: str, owner: str) -> None:
+        """Release the lease the acquisition by ``owner`` may have taken, to the end of the
+        statement whatever happens to the caller (bounded); a failure is only logged, the
+        lease then expires after its TTL. A cancellation that arrived meanwhile is raised."""
+        release = self._execute(
+            self._sql.release_owner, thread_id, owner, deadline=self._release_timeout
+        )
+        try:
+            _, cancel = await settle(release)
+        except Exception as exc:
+            log.debug("lease give-back failed: %r", exc)
+            return
+        if cancel is not None:
+            raise cancel
+
+    def _unclaimed(self, key: tuple[str, int], acquired: _Acquired) -> None:
+        """``_lease`` takes the stash of ``_find_turn`` in the same step; one still unclaimed
+        an event-loop iteration later was abandoned (its caller failed or was cancelled in
+        between): drop it and release its lease rather than leave it held until its TTL."""
+        if acquired.claimed or self._acquired.get(key) is not acquired:
+            return
+        del self._acquired[key]
+        if acquired.lease is not None:
+            self._spawn(self._release(acquired.lease))
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """A task that may outlive its caller; kept referenced, and awaited by ``close``."""
+        task = asyncio.get_running_loop().create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
 
     async def _find_turn(self, thread_id: str, turn_id: str) -> StoredTurn | None:
         """One statement: the committed turn (replay, no lease) or the lease and the
@@ -280,7 +362,9 @@ class PostgresDurability(
         prior = self._stored_turn(acquired.row, thread_id, turn_id)
         if prior is not None:
             return prior
-        self._acquired[self._key(thread_id)] = acquired
+        key = self._key(thread_id)
+        self._acquired[key] = acquired
+        asyncio.get_running_loop().call_soon(self._unclaimed, key, acquired)
         return None
 
     async def _wait_for_lease(self, thread_id: str, turn_id: str) -> _Acquired:
@@ -309,6 +393,7 @@ class PostgresDurability(
         if acquired is None or acquired.lease is None:
             turn_id = "" if acquired is None else acquired.turn_id
             acquired = await self._wait_for_lease(thread_id, turn_id)
+        acquired.claimed = True
         lease = acquired.lease
         assert lease is not None
         if acquired.trusted:
@@ -321,7 +406,7 @@ class PostgresDurability(
             task,
             detect_loss=self._fencing,
         )
-        heartbeat.start()
+        heartbeat.start(acquired.sent)
         try:
             yield lease
         except asyncio.CancelledError as exc:
@@ -334,13 +419,22 @@ class PostgresDurability(
             raise
         finally:
             self._acquired.pop(key, None)
-            await heartbeat.stop()
+            heartbeat.halt()  # now, so that it cannot cancel this task any more
             if heartbeat.lost and task.cancelling():
                 task.uncancel()
-            try:
-                await asyncio.shield(self._release(lease))
-            except Exception as exc:  # the lease then simply expires after its TTL
-                log.debug("lease release failed: %r", exc)
+            # Shielded: a cancel of this task propagates at once (never swallowed) while the
+            # lease is still released, in order, by ``_end_lease``.
+            await asyncio.shield(self._spawn(self._end_lease(lease, heartbeat)))
+
+    async def _end_lease(self, lease: PgLease, heartbeat: Heartbeat) -> None:
+        """Release once the renewal and every write of the turn in flight ended, so none
+        lands after the release (a late one would be fenced anyway). A lost lease is left
+        alone: it is another holder's now, or could not be renewed and is about to expire."""
+        await heartbeat.stop()
+        if heartbeat.lost:
+            return
+        await lease.writes_done(self.statement_timeout)
+        await self._release(lease)
 
     async def _renew(self, lease: PgLease) -> bool:
         row = await self._fetchrow(
@@ -348,15 +442,22 @@ class PostgresDurability(
         )
         return row is not None
 
+    @property
+    def _release_timeout(self) -> float:
+        return min(self.lease_settings.ttl, 5.0, self.statement_timeout)
+
     async def _release(self, lease: PgLease) -> None:
-        # Bounded: if the row is busy, the lease simply expires after its TTL.
-        await self._execute(
-            self._sql.release,
-            lease.thread_id,
-            lease.epoch,
-            lease.owner,
-            deadline=min(self.lease_settings.ttl, 5.0),
-        )
+        """Expire the lease now. Bounded: if that fails, it simply expires after its TTL."""
+        try:
+            await self._execute(
+                self._sql.release,
+                lease.thread_id,
+                lease.epoch,
+                lease.owner,
+                deadline=self._release_timeout,
+            )
+        except Exception as exc:
+            log.debug("lease release failed: %r", exc)
 
     # ---------------------------------------------------------------- turns
 
@@ -407,19 +508,20 @@ class PostgresDurability(
         # before COMMIT (a crash here commits nothing).
         crash_point(CrashPoint.INSIDE_COMMIT, thread_id=thread_id, turn_id=turn_id)
         try:
-            row = await self._fetchrow(
-                self._sql.commit,
-                thread_id,
-                lease.epoch,
-                lease.owner,
-                turn_id,
-                commit.revision,
-                loaded_revision,
-                commit.fingerprint,
-                commit.result_json,
-                [e.sequence for e in commit.events],
-                commit.events_json,
-            )
+            with lease.write():
+                row = await self._fetchrow(
+                    self._sql.commit,
+                    thread_id,
+                    lease.epoch,
+                    lease.owner,
+                    turn_id,
+                    commit.revision,
+                    loaded_revision,
+                    commit.fingerprint,
+                    commit.result_json,
+                    [e.sequence for e in commit.events],
+                    commit.events_json,
+                )
         except DurabilityError as exc:
             cause = exc.__cause__
             if isinstance(cause, asyncpg.UniqueViolationError):
@@ -492,18 +594,19 @@ class PostgresDurability(
         self, lease: PgLease, receipt: EffectReceipt, expected: str | None
     ) -> bool:
         """One fenced, durable statement; False when the stored status was not ``expected``."""
-        row = await self._fetchrow(
-            self._sql.write_receipt,
-            lease.thread_id,
-            lease.epoch,
-            lease.owner,
-            receipt.idempotency_key,
-            receipt.id,
-            str(receipt.status),
-            receipt.updated_at,
-            encode_model(receipt, limits=self.json_limits, what="receipt"),
-            expected,
-        )
+        with lease.write():
+            row = await self._fetchrow(
+                self._sql.write_receipt,
+                lease.thread_id,
+                lease.epoch,
+                lease.owner,
+                receipt.idempotency_key,
+                receipt.id,
+                str(receipt.status),
+                receipt.updated_at,
+                encode_model(receipt, limits=self.json_limits, what="receipt"),
+                expected,
+            )
         if not row["fenced"]:
             raise LeaseLostError(
                 context={
@@ -524,11 +627,22 @@ class PostgresDurability(
         note: str,
         actor: str,
     ) -> EffectReceipt:
+        """A ``prepared`` receipt is resolved holding the thread's lease, acquired like a turn
+        does (waiting up to ``lock_timeout`` for a running turn, moving the epoch so a former
+        holder is fenced) and released after the fenced transaction."""
         s = f'"{self.schema}"'
 
-        async def transaction() -> EffectReceipt:
+        async def transaction(lease: PgLease | None) -> EffectReceipt:
             async with self._pool.acquire() as conn, conn.transaction():
                 await conn.execute("SET LOCAL synchronous_commit = on")
+                if lease is not None and not await conn.fetchval(
+                    f"SELECT EXISTS (SELECT 1 FROM {s}.leases WHERE thread_id = $1"
+                    " AND epoch = $2 AND owner = $3 FOR SHARE)",
+                    thread_id,
+                    lease.epoch,
+                    lease.owner,
+                ):
+                    raise LeaseLostError(context={"thread_id": thread_id, "epoch": lease.epoch})
                 text = await conn.fetchval(
                     f"SELECT receipt FROM {s}.receipts"
                     " WHERE thread_id = $1 AND idempotency_key = $2 FOR UPDATE",
@@ -549,6 +663,7 @@ class PostgresDurability(
                     note=note,
                     actor=actor,
                     now=self._now(),
+                    holds_lease=lease is not None,
                 )
                 await conn.execute(
                     f"UPDATE {s}.receipts SET status = $3, updated_at = $4, receipt = $5"
@@ -568,9 +683,15 @@ class PostgresDurability(
                 )
                 return receipt
 
-        return await retrying(transaction)
+        if not reconcile_takes_lease(await self.get_receipt(thread_id, idempotency_key)):
+            return await retrying(lambda: transaction(None))
+        async with self._lease(thread_id) as lease:
+            assert isinstance(lease, PgLease)
+            return await retrying(lambda: transaction(lease))
 
     async def _close(self) -> None:
+        if self._background:  # lease releases of cancelled turns, before the pool goes
+            await asyncio.wait(self._background, timeout=self._release_timeout + 1)
         await self._stop_listener()
         if self._owns_pool:
             await self._pool.close()

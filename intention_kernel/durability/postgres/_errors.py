@@ -4,7 +4,8 @@ Most specific match first. Serialization failures and deadlocks (``40001``/``40P
 server rolled the transaction back, so ``retrying`` runs the whole short transaction again, a
 bounded number of times with jitter; it is never wrapped around a provider call. A lost
 connection is ``STORE_UNAVAILABLE`` and retryable: the turn's retry finds a commit that did
-happen (ambiguous commit) by its stored turn. Everything else is not retryable.
+happen (ambiguous commit) by its stored turn. Everything else is not retryable. ``bounded``
+puts a time limit on a statement: one that did not finish in time is ``STORE_BUSY``.
 """
 
 from __future__ import annotations
@@ -19,11 +20,12 @@ import asyncpg
 
 from ...contracts.errors import DurabilityError, ErrorCode, KernelError, StoreSchemaError
 
-__all__ = ["MAX_ATTEMPTS", "map_error", "retrying", "translated"]
+__all__ = ["MAX_ATTEMPTS", "TIMED_OUT", "bounded", "map_error", "retrying", "translated"]
 
 T = TypeVar("T")
 
 MAX_ATTEMPTS = 5
+TIMED_OUT = "a database statement did not finish in time"
 
 _RETRY_STATES = frozenset({"40001", "40P01"})
 # Raised by asyncpg before anything was sent (a pooled connection the server already closed
@@ -128,3 +130,28 @@ async def retrying(
                 raise
             await asyncio.sleep(random.uniform(0, base_delay * 2**attempt))
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _timed_out(seconds: float) -> DurabilityError:
+    return DurabilityError(
+        TIMED_OUT, code=ErrorCode.STORE_BUSY, retryable=True, context={"timeout": seconds}
+    )
+
+
+async def bounded(statement: Callable[[float], Awaitable[T]], seconds: float) -> T:
+    """``retrying(statement)``, all of it within ``seconds``, the wait for a pooled connection
+    included: a row lock held by a stuck session or an exhausted pool must not hang a turn.
+
+    ``statement`` gets ``seconds`` for asyncpg's per-call timeout (which also cancels the
+    statement on the server). A timeout is ``STORE_BUSY``, retryable; for a write its outcome
+    is unknown, like a lost connection (the retry finds a commit that did happen).
+    """
+    try:
+        async with asyncio.timeout(seconds):
+            return await retrying(lambda: statement(seconds))
+    except TimeoutError as exc:
+        raise _timed_out(seconds) from exc
+    except DurabilityError as exc:
+        if isinstance(exc.__cause__, TimeoutError):  # asyncpg's own timeout fired first
+            raise _timed_out(seconds) from exc.__cause__
+        raise

@@ -3,8 +3,9 @@
 A lease is a row ``(thread_id, owner, epoch, expires_at)``; expiry is computed on the database
 clock. Acquiring inserts the row or takes over an expired one and bumps ``epoch``; the
 ``(epoch, owner)`` pair is the fencing token every write checks. A heartbeat renews the row
-while the operation runs; if it cannot prove the lease is still held before it would expire,
-or finds it taken, it cancels the turn, which then ends with ``LeaseLostError``.
+while the operation runs; if it cannot prove the lease is still held before it would expire
+(every renewal is bounded by that moment: a hung statement or an exhausted pool cannot hide a
+loss), or finds it taken, it cancels the turn, which then ends with ``LeaseLostError``.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import asyncio
 import contextlib
 import os
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 
 from ...contracts.errors import ConfigurationError
@@ -27,6 +28,28 @@ class PgLease(Lease):
     """``epoch`` plus ``owner`` (unique per acquisition) is the fencing token."""
 
     owner: str = ""
+    writing: int = field(default=0, compare=False)
+    """Fenced writes in flight: the release waits for them, so none arrives after it."""
+    _idle: asyncio.Event | None = field(default=None, init=False, repr=False, compare=False)
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[None]:
+        """Count one fenced write while its statement runs."""
+        self.writing += 1
+        try:
+            yield
+        finally:
+            self.writing -= 1
+            if not self.writing and self._idle is not None:
+                self._idle.set()
+
+    async def writes_done(self, seconds: float) -> None:
+        """Wait (at most ``seconds``) until no write of this lease is in flight."""
+        if self.writing:
+            self._idle = asyncio.Event()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(seconds):
+                    await self._idle.wait()
 
 
 _prefix: tuple[int, str] = (0, "")
@@ -87,43 +110,58 @@ class Heartbeat:
     _timer: asyncio.TimerHandle | None = field(default=None, init=False)
     _confirmed: float = field(default=0.0, init=False)
 
-    def start(self) -> None:
+    def start(self, confirmed: float | None = None) -> None:
+        """Arm the first renewal. ``confirmed`` is when the acquiring statement was sent (the
+        lease is proven valid until ``confirmed + ttl``); by default now."""
         loop = asyncio.get_running_loop()
-        self._confirmed = loop.time()  # the lease is proven valid until confirmed + ttl
+        self._confirmed = loop.time() if confirmed is None else confirmed
         self._timer = loop.call_later(self.settings.interval, self._due)
 
     def _due(self) -> None:
         self._timer = None
         self._task = asyncio.get_running_loop().create_task(self._run())
 
-    async def stop(self) -> None:
+    def halt(self) -> None:
+        """Stop renewing at once; from then on the heartbeat cannot cancel the owner."""
         timer, self._timer = self._timer, None
         if timer is not None:
             timer.cancel()
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        if self._task is not None:
+            self._task.cancel()
+
+    async def stop(self) -> None:
+        """``halt``, then wait until a renewal in flight has ended, so none lands after the
+        release. Only the renewal task's end is awaited, never its outcome: a cancel of the
+        caller propagates instead of being taken for the renewal task's own."""
+        self.halt()
+        if self._task is not None:
+            await asyncio.wait((self._task,))
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
-        interval = self.settings.interval
-        confirmed = self._confirmed
+        ttl, interval = self.settings.ttl, self.settings.interval
         delay = 0.0  # the first renewal is due now (the timer waited one interval)
         while True:
             if delay:
                 await asyncio.sleep(delay)
             sent = loop.time()
+            # The lease is proven held until confirmed + ttl, less a margin (the server took
+            # its expiry after ``sent``; clock rates). No renewal attempt may outlast that.
+            valid_until = self._confirmed + ttl * 0.9
+            held: bool | None
             try:
-                held = await self.renew()
+                async with asyncio.timeout_at(valid_until if self.detect_loss else None):
+                    held = await self.renew()
+            except TimeoutError:
+                held = False  # not proven renewed before it could expire: lost
             except Exception:
                 held = None
             if held:
-                confirmed, delay = sent, interval
+                self._confirmed, delay = sent, interval
                 continue
-            if held is None and loop.time() + 0.05 < confirmed + self.settings.ttl * 0.9:
-                delay = min(interval, 0.2)  # transient failure: retry while still proven
+            if held is None and loop.time() + 0.05 < valid_until:
+                # Transient failure: retry while still proven (never sleeping past it).
+                delay = min(interval, 0.2, valid_until - loop.time())
                 continue
             if not self.detect_loss:
                 delay = interval

@@ -1,11 +1,12 @@
 """The statements of the PostgreSQL store, rendered once per schema.
 
-Each write is one statement (its own short transaction) that checks the lease epoch and owner
-in the same statement (``fence`` locks the lease row ``FOR SHARE``, so a takeover waits for it
-to commit and then sees its effects). ``set_config(..., true)`` applies to that statement's
-transaction only, so it also works behind a transaction-mode pooler: ledger writes and commits
-are synchronous (``on``) whatever the server default; lease bookkeeping is not (``off``) because
-the owner token makes a lost lease write harmless (see ``docs/postgres.md``).
+Each write is one statement (its own short transaction) that checks the lease epoch and owner,
+and that the lease was not released, in the same statement (``fence`` locks the lease row
+``FOR SHARE``, so a takeover waits for it to commit and then sees its effects).
+``set_config(..., true)`` applies to that statement's transaction only, so it also works behind
+a transaction-mode pooler: ledger writes and commits are synchronous (``on``) whatever the
+server default; lease bookkeeping is not (``off``) because the owner token makes a lost lease
+write harmless (see ``docs/postgres.md``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ class Statements:
     find_turn: str
     renew: str
     release: str
+    release_owner: str
     read_receipt: str
     write_receipt: str
     commit: str
@@ -34,9 +36,11 @@ class Statements:
     def render(cls, schema: str, *, fencing: bool = True) -> Statements:
         s = f'"{schema}"'
         # Planted bug for fault tests only (IK_PLANTED_BUG=no_fencing): writes skip the epoch.
+        # A released lease ('-infinity') fences too: a write that arrives after its own
+        # release (sent just before a cancel, run after the release) must not land.
         fence = (
-            f"SELECT 1 AS ok FROM {s}.leases"
-            " WHERE thread_id = $1 AND epoch = $2 AND owner = $3 FOR SHARE"
+            f"SELECT 1 AS ok FROM {s}.leases WHERE thread_id = $1 AND epoch = $2"
+            " AND owner = $3 AND expires_at <> '-infinity' FOR SHARE"
             if fencing
             else "SELECT 1 AS ok WHERE $1::text = $1 AND $2::bigint = $2 AND $3::text = $3"
         )
@@ -78,11 +82,17 @@ LEFT JOIN {s}.turns c ON c.thread_id = $1 AND c.turn_id = h.turn_id""",
             "WHERE thread_id = $1 AND turn_id = $2",
             renew=f"""
 UPDATE {s}.leases SET expires_at = clock_timestamp() + make_interval(secs => $4::float8)
-WHERE thread_id = $1 AND epoch = $2 AND owner = $3 AND {_SYNC_OFF}
+WHERE thread_id = $1 AND epoch = $2 AND owner = $3 AND expires_at <> '-infinity'
+    AND {_SYNC_OFF}
 RETURNING 1""",
             release=f"""
 UPDATE {s}.leases SET expires_at = '-infinity'
 WHERE thread_id = $1 AND epoch = $2 AND owner = $3 AND {_SYNC_OFF}""",
+            # $2 owner: gives back what an interrupted acquire may have taken (its epoch is
+            # unknown; the owner token is unique per acquisition).
+            release_owner=f"""
+UPDATE {s}.leases SET expires_at = '-infinity'
+WHERE thread_id = $1 AND owner = $2 AND {_SYNC_OFF}""",
             # $4 key; the fence flag lets a lost lease fail before any decision is taken.
             read_receipt=f"""
 SELECT (SELECT receipt FROM {s}.receipts WHERE thread_id = $1 AND idempotency_key = $4)

@@ -1,0 +1,392 @@
+"""PostgreSQL adapter under cancellation, stuck statements and late writes (real server).
+
+Each test is bounded in time: a hang of the defect under test ends as a failure, not a stall.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import asyncpg
+import pytest
+
+from intention_kernel.contracts import TurnScope
+from intention_kernel.contracts.errors import (
+    ConfigurationError,
+    DurabilityError,
+    ErrorCode,
+    LeaseLostError,
+    TurnConflictError,
+)
+from intention_kernel.contracts.events import KernelEvent
+from intention_kernel.contracts.turns import DurableTurnResult
+from intention_kernel.durability._documents import encode_model
+from intention_kernel.durability._engine import TurnCommit
+from intention_kernel.durability._ledger import start_effect
+from intention_kernel.durability.postgres import PostgresDurability
+from intention_kernel.durability.postgres._lease import PgLease
+from intention_kernel.testing.conformance import (
+    Provider,
+    commit_simple,
+    effect,
+    make_events,
+    make_result,
+)
+from intention_kernel.testing.postgres import drop_schema, require_postgres, scratch_schema
+
+TIMED_OUT = "a database statement did not finish in time"
+
+
+@pytest.fixture(scope="module")
+def dsn() -> str:
+    return require_postgres()
+
+
+@pytest.fixture
+async def schema(dsn: str) -> AsyncIterator[str]:
+    name = scratch_schema()
+    yield name
+    await drop_schema(dsn, name)
+
+
+async def open_store(dsn: str, schema: str, **options: Any) -> PostgresDurability:
+    options.setdefault("max_size", 3)
+    return await PostgresDurability.open(dsn, schema=schema, setup=True, **options)
+
+
+def turn_commit(
+    store: PostgresDurability, result: DurableTurnResult, events: Sequence[KernelEvent] = ()
+) -> TurnCommit:
+    """What ``scope.commit`` hands the adapter, built by hand to send it with an old token."""
+    limits = store.json_limits
+    return TurnCommit(
+        result=result,
+        result_json=encode_model(result, limits=limits, what="turn result"),
+        events=list(events),
+        events_json=[encode_model(e, limits=limits, what="outbox event") for e in events],
+        fingerprint=None,
+        loaded_revision=result.checkpoint.revision - 1,
+    )
+
+
+async def lease_released(dsn: str, schema: str, thread_id: str) -> bool:
+    conn = await asyncpg.connect(dsn)
+    try:
+        return bool(
+            await conn.fetchval(
+                f"SELECT expires_at = '-infinity' FROM \"{schema}\".leases WHERE thread_id = $1",
+                thread_id,
+            )
+        )
+    finally:
+        await conn.close()
+
+
+# 1. A renewal that cannot finish (exhausted pool, row lock) is a lost lease, within the TTL.
+
+
+@pytest.mark.parametrize("blocker", ["exhausted_pool", "row_lock"])
+async def test_a_renewal_that_cannot_finish_loses_the_lease_within_the_ttl(
+    dsn: str, schema: str, blocker: str
+) -> None:
+    ttl = 0.5
+    store = await open_store(dsn, schema, lease_ttl=ttl, max_size=1)
+    side = await asyncpg.connect(dsn)
+    lock = side.transaction()
+    taken: list[Any] = []
+
+    async def parked(scope: TurnScope) -> None:
+        if blocker == "exhausted_pool":
+            taken.append(await store._pool.acquire())  # the pool's only connection
+        else:
+            await lock.start()
+            await side.execute(
+                f'SELECT 1 FROM "{schema}".leases WHERE thread_id = $1 FOR UPDATE', "t1"
+            )
+        await asyncio.sleep(10)  # only the heartbeat can end this turn
+
+    started = time.monotonic()
+    turn = asyncio.create_task(store.with_turn("t1", "turn-1", parked))
+    ended: list[float] = []
+    turn.add_done_callback(lambda _: ended.append(time.monotonic()))
+    try:
+        await asyncio.wait({turn}, timeout=3)
+        assert ended, "the turn did not end: the lost lease went unnoticed"
+        with pytest.raises(LeaseLostError):
+            await turn
+    finally:
+        for conn in taken:
+            await store._pool.release(conn)
+        await side.close()
+        if not turn.done():
+            turn.cancel()
+            await asyncio.wait({turn}, timeout=5)
+    elapsed = ended[0] - started
+    assert elapsed < ttl + 0.35, elapsed  # detected before the lease could expire
+    assert not asyncio.current_task().cancelling()  # type: ignore[union-attr]
+    await commit_simple(store, "t1", "turn-1")  # the store stays usable
+    await store.close()
+
+
+# 2. A cancel of the turn while it stops the heartbeat is never swallowed.
+
+
+async def test_a_cancel_while_the_turn_ends_its_lease_always_propagates(
+    dsn: str, schema: str
+) -> None:
+    store = await open_store(dsn, schema, lease_ttl=1.0, heartbeat_interval=0.005)
+    delivered = 0
+    async with asyncio.timeout(20):
+        for run in range(40):
+            committed = asyncio.Event()
+
+            async def operation(scope: TurnScope, committed: asyncio.Event = committed) -> None:
+                await asyncio.sleep(0.03)  # the heartbeat task is renewing now
+                await scope.commit(make_result(scope))
+                committed.set()
+
+            turn = asyncio.create_task(store.with_turn("t1", f"turn-{run}", operation))
+            await committed.wait()  # the turn now leaves its scope and stops the heartbeat
+            for _ in range(run % 4):
+                await asyncio.sleep(0)
+            if turn.cancel():
+                with pytest.raises(asyncio.CancelledError):
+                    await turn
+                delivered += 1
+            else:
+                await turn
+    assert delivered > 0
+    assert not store._acquired
+    other = await open_store(dsn, schema, lock_timeout=0.9)
+    await commit_simple(other, "t1", "after")  # every lease was released all the same
+    await other.close()
+    await store.close()
+
+
+# 3. A cancel while the lease is being acquired leaves no lease held and no stash behind.
+
+
+async def test_a_cancel_during_the_acquire_leaves_no_lease_behind(dsn: str, schema: str) -> None:
+    store = await open_store(dsn, schema, lease_ttl=30)
+
+    async def operation(scope: TurnScope) -> None:
+        await scope.commit(make_result(scope))
+
+    async with asyncio.timeout(30):
+        for run in range(160):
+            turn = asyncio.create_task(store.with_turn("t1", f"turn-{run}", operation))
+            for _ in range(run % 80):  # cancel at every event-loop iteration of the acquire
+                await asyncio.sleep(0)
+            turn.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await turn
+    assert not store._acquired
+    other = await open_store(dsn, schema, lock_timeout=2)
+    started = time.monotonic()
+    await commit_simple(other, "t1", "after")  # no orphan lease: well under the 30 s TTL
+    assert time.monotonic() - started < 1.5
+    await other.close()
+    await store.close()
+
+
+# 4. A released lease fences late writes; the release waits for a write still in flight.
+
+
+async def test_a_released_lease_refuses_a_late_write(dsn: str, schema: str) -> None:
+    store = await open_store(dsn, schema)
+    identity = effect("k1")
+    async with store.turn("t1", "turn-1") as scope:
+        lease = scope._lease
+        assert isinstance(lease, PgLease)
+        result = make_result(scope)
+        receipt = start_effect(
+            None, identity, thread_id="t1", turn_id="turn-1", now=datetime.now(UTC)
+        ).receipt
+    assert await lease_released(dsn, schema, "t1")
+    late = turn_commit(store, result)
+    with pytest.raises(LeaseLostError):
+        await store._commit(lease, late)
+    with pytest.raises(LeaseLostError):
+        await store._write_receipt(lease, receipt, None)
+    with pytest.raises(LeaseLostError):
+        await store._begin_effect(lease, "turn-1", identity)
+    assert await store.get_turn("t1", "turn-1") is None
+    assert await store.get_receipt("t1", identity.idempotency_key) is None
+
+    other = await open_store(dsn, schema)
+    taken, _, _ = await commit_simple(other, "t1", "turn-2")  # a takeover in between
+    with pytest.raises(LeaseLostError):
+        await store._commit(lease, late)
+    head = await store.load_checkpoint("t1")
+    assert head == taken.checkpoint  # never overwritten by the old token
+    assert await store.get_turn("t1", "turn-1") is None
+    await other.close()
+    await store.close()
+
+
+async def test_the_release_waits_for_a_write_still_in_flight(dsn: str, schema: str) -> None:
+    store = await open_store(dsn, schema, min_size=1, max_size=2)
+    identity = effect("k1")
+    async with asyncio.timeout(5):
+        async with store.turn("t1", "turn-1") as scope:
+            receipt = start_effect(
+                None, identity, thread_id="t1", turn_id="turn-1", now=datetime.now(UTC)
+            ).receipt
+            busy = await store._pool.acquire()  # the open connection: the write opens another
+            lease = scope._lease
+            assert isinstance(lease, PgLease)
+            write = asyncio.ensure_future(store._write_receipt(lease, receipt, None))
+            await asyncio.sleep(0)  # the write is on its way (connecting)
+            await store._pool.release(busy)  # the release could take this one at once
+        assert write.done()  # the turn ended only after its write: the release came last
+        assert await write is True  # and the write was not refused by its own release
+    assert await lease_released(dsn, schema, "t1")
+    stored = await store.get_receipt("t1", identity.idempotency_key)
+    assert stored is not None and stored.id == receipt.id
+    await store.close()
+
+
+# 5. A statement blocked on a row lock ends as a typed retryable error.
+
+
+@pytest.mark.parametrize("table", ["leases", "receipts", "heads"])
+async def test_a_statement_blocked_on_a_row_lock_is_a_retryable_error(
+    dsn: str, schema: str, table: str
+) -> None:
+    store = await open_store(dsn, schema, lock_timeout=1)
+    await commit_simple(store, "t1", "turn-1")
+    identity = effect("k1")
+    side = await asyncpg.connect(dsn)
+    lock = side.transaction()
+    await lock.start()
+    if table == "receipts":  # an uncommitted row for the key: the `prepared` write waits
+        await side.execute(
+            f'INSERT INTO "{schema}".receipts VALUES ($1, $2, $3, $4, now(), $5)',
+            "t1",
+            identity.idempotency_key,
+            "rcpt_side",
+            "prepared",
+            "{}",
+        )
+    else:  # an operator session left open on the row
+        await side.execute(
+            f'SELECT 1 FROM "{schema}".{table} WHERE thread_id = $1 FOR UPDATE', "t1"
+        )
+    provider = Provider()
+    effects = [(identity, provider.returning(1))] if table == "receipts" else None
+    started = time.monotonic()
+    turn = asyncio.create_task(commit_simple(store, "t1", "turn-2", effects=effects))
+    try:
+        await asyncio.wait({turn}, timeout=5)
+        elapsed = time.monotonic() - started
+        assert turn.done(), "the turn hangs on the row lock"
+    finally:
+        await lock.rollback()
+        await side.close()
+        await asyncio.wait({turn}, timeout=5)
+    with pytest.raises(DurabilityError) as caught:
+        await turn
+    assert caught.value.code == ErrorCode.STORE_BUSY and caught.value.retryable
+    assert caught.value.message == TIMED_OUT
+    assert elapsed < 3.5, elapsed
+    assert provider.total() == 0
+    await commit_simple(store, "t1", "turn-2")  # usable again once the lock is gone
+    await store.close()
+
+
+@pytest.mark.parametrize("value", [0, -1, 3601, True, "5"])
+def test_a_bad_statement_timeout_is_refused(value: Any) -> None:
+    with pytest.raises(ConfigurationError):
+        PostgresDurability(object(), statement_timeout=value)
+
+
+# 6. A commit sent again finds a typed conflict; the engine then recognises its own commit.
+
+
+async def test_a_repeated_commit_is_a_typed_conflict(dsn: str, schema: str) -> None:
+    store = await open_store(dsn, schema)
+    await commit_simple(store, "t1", "turn-1")
+    async with store.turn("t1", "turn-2") as scope:
+        lease = scope._lease
+        commit = turn_commit(store, make_result(scope))
+        await store._commit(lease, commit)
+        with pytest.raises(TurnConflictError) as caught:
+            await store._commit(lease, commit)  # the head moved: it was this very commit
+        assert caught.value.code == ErrorCode.CHECKPOINT_REVISION_CONFLICT
+    conn = await asyncpg.connect(dsn)
+    try:  # set the head back behind the adapter: the turn row itself refuses the repeat
+        await conn.execute(
+            f"UPDATE \"{schema}\".heads SET revision = 1, turn_id = 'turn-1' WHERE thread_id = 't1'"
+        )
+        async with store.turn("t1", "turn-3") as scope:
+            with pytest.raises(TurnConflictError) as caught:
+                await store._commit(scope._lease, commit)
+            assert caught.value.code == ErrorCode.TURN_ALREADY_COMMITTED
+            other = turn_commit(store, commit.result.model_copy(update={"turn_id": "turn-3"}))
+            with pytest.raises(TurnConflictError) as caught:
+                await store._commit(scope._lease, other)  # the revision is taken
+            assert caught.value.code == ErrorCode.CHECKPOINT_REVISION_CONFLICT
+    finally:
+        await conn.close()
+    await store.close()
+
+
+class LostAnswerPool:
+    """The store's real pool, except that the first commit statement runs to its COMMIT on the
+    server and then its connection is closed before the client reads the answer."""
+
+    def __init__(self, pool: Any, commit_sql: str, side: Any, schema: str) -> None:
+        self.pool, self.commit_sql, self.side, self.schema = pool, commit_sql, side, schema
+        self.armed = True
+
+    async def fetchrow(self, sql: str, *args: Any, **kwargs: Any) -> Any:
+        if not (self.armed and sql == self.commit_sql):
+            return await self.pool.fetchrow(sql, *args, **kwargs)
+        self.armed = False
+        async with self.pool.acquire() as conn:
+            statement = await conn.prepare(sql)  # executing it is then one message
+            conn._con._transport.pause_reading()  # the answer stays unread
+            answer = asyncio.ensure_future(statement.fetchrow(*args))
+            for _ in range(400):  # until the commit is visible: it did commit
+                if await self.side.fetchval(
+                    f'SELECT count(*) FROM "{self.schema}".turns'
+                    " WHERE thread_id = $1 AND turn_id = $2",
+                    args[0],
+                    args[3],
+                ):
+                    break
+                await asyncio.sleep(0.005)
+            conn.terminate()
+            return await answer  # raises: the connection was closed mid-operation
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.pool, name)
+
+
+async def test_a_commit_retried_after_an_ambiguous_commit_succeeds(dsn: str, schema: str) -> None:
+    store = await open_store(dsn, schema)
+    side = await asyncpg.connect(dsn)
+    store._pool = LostAnswerPool(store._pool, store._sql.commit, side, schema)
+
+    async def operation(scope: TurnScope) -> DurableTurnResult:
+        result = make_result(scope)
+        events = make_events(scope)
+        with pytest.raises(DurabilityError) as caught:
+            await scope.commit(result, events)
+        assert caught.value.retryable  # ambiguous: it did commit, the answer was lost
+        await scope.commit(result, events)  # the same result again, in the same scope
+        return result
+
+    try:
+        async with asyncio.timeout(10):
+            result = await store.with_turn("t1", "turn-1", operation)
+        assert await store.get_turn("t1", "turn-1") == result
+        assert len(await store.read_outbox(thread_id="t1")) == 3  # committed once
+    finally:
+        await side.close()
+        await store.close()
