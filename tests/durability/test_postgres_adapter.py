@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import asyncpg
@@ -21,24 +21,8 @@ from intention_kernel.contracts.errors import (
 )
 from intention_kernel.durability.postgres import MIGRATIONS, PostgresDurability
 from intention_kernel.testing.conformance import Provider, commit_simple, effect, make_result
-from intention_kernel.testing.postgres import drop_schema, require_postgres, scratch_schema
 
-
-@pytest.fixture(scope="module")
-def dsn() -> str:
-    return require_postgres()
-
-
-@pytest.fixture
-async def schema(dsn: str) -> AsyncIterator[str]:
-    name = scratch_schema()
-    yield name
-    await drop_schema(dsn, name)
-
-
-async def open_store(dsn: str, schema: str, **options: Any) -> PostgresDurability:
-    options.setdefault("max_size", 3)
-    return await PostgresDurability.open(dsn, schema=schema, setup=True, **options)
+from .conftest import open_store
 
 
 class CountingPool:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -37,26 +37,10 @@ from intention_kernel.testing.conformance import (
     make_events,
     make_result,
 )
-from intention_kernel.testing.postgres import drop_schema, require_postgres, scratch_schema
+
+from .conftest import open_store
 
 TIMED_OUT = "a database statement did not finish in time"
-
-
-@pytest.fixture(scope="module")
-def dsn() -> str:
-    return require_postgres()
-
-
-@pytest.fixture
-async def schema(dsn: str) -> AsyncIterator[str]:
-    name = scratch_schema()
-    yield name
-    await drop_schema(dsn, name)
-
-
-async def open_store(dsn: str, schema: str, **options: Any) -> PostgresDurability:
-    options.setdefault("max_size", 3)
-    return await PostgresDurability.open(dsn, schema=schema, setup=True, **options)
 
 
 def turn_commit(

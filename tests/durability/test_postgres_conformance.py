@@ -3,12 +3,7 @@ from __future__ import annotations
 import pytest
 
 from intention_kernel.testing.conformance import DurabilityConformance
-from intention_kernel.testing.postgres import PostgresHarness, require_postgres
-
-
-@pytest.fixture(scope="module")
-def dsn() -> str:
-    return require_postgres()
+from intention_kernel.testing.postgres import PostgresHarness
 
 
 class TestPostgresConformance(DurabilityConformance):

@@ -25,12 +25,7 @@ from intention_kernel.testing.outbox_conformance import (
     OutboxStore,
     commit_events,
 )
-from intention_kernel.testing.postgres import drop_schema, require_postgres, scratch_schema
-
-
-@pytest.fixture(scope="module")
-def dsn() -> str:
-    return require_postgres()
+from intention_kernel.testing.postgres import drop_schema, scratch_schema
 
 
 class PostgresOutboxHarness(OutboxHarness):
