@@ -53,7 +53,13 @@ from ..contracts.receipts import (
 from ..contracts.turns import DurableTurnResult
 from . import _turns
 from ._documents import encode_model
-from ._ledger import EffectAction, EffectStart, finish_receipt, uncertain_error
+from ._ledger import (
+    EffectAction,
+    EffectStart,
+    finish_receipt,
+    reconcile_takes_lease,
+    uncertain_error,
+)
 from ._settle import settle
 from .crashpoints import CrashPoint, SimulatedCrash, crash_point
 
@@ -171,7 +177,11 @@ class DurabilityEngine(ABC):
         value: JsonValue,
         note: str,
         actor: str,
-    ) -> EffectReceipt: ...
+        lease: Lease | None,
+    ) -> EffectReceipt:
+        """One durable transaction: read the receipt, apply ``_ledger.resolve_uncertain``
+        (``holds_lease=lease is not None``), write the receipt and the audit record. With a
+        ``lease``, the transaction is fenced by it like a turn's write."""
 
     @abstractmethod
     async def _close(self) -> None: ...
@@ -286,9 +296,24 @@ class DurabilityEngine(ABC):
             )
         value = codec.round_trip(value, limits=self.json_limits, what="reconciled value")
         self._check_open()
-        return await self._reconcile(
-            thread_id, idempotency_key, outcome, value=value, note=note, actor=actor
-        )
+
+        async def resolve(lease: Lease | None) -> EffectReceipt:
+            return await self._reconcile(
+                thread_id,
+                idempotency_key,
+                outcome,
+                value=value,
+                note=note,
+                actor=actor,
+                lease=lease,
+            )
+
+        if not reconcile_takes_lease(await self.get_receipt(thread_id, idempotency_key)):
+            return await resolve(None)
+        # A ``prepared`` receipt may belong to a running turn: hold the thread's lease (waiting
+        # for that turn, fencing a paused former holder); still prepared then, it was interrupted.
+        async with self._lease(thread_id) as lease:
+            return await resolve(lease)
 
     async def close(self) -> None:
         if not self._closed:

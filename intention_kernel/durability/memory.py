@@ -31,13 +31,7 @@ from ..contracts.turns import DurableTurnResult
 from . import _turns
 from ._documents import decode_model, decode_turn, encode_model, is_pruned
 from ._engine import DurabilityEngine, Lease, StoredTurn, TurnCommit
-from ._ledger import (
-    EffectStart,
-    needs_operator,
-    reconcile_takes_lease,
-    resolve_uncertain,
-    start_effect,
-)
+from ._ledger import EffectStart, resolve_uncertain, start_effect
 from ._listing import check_limit
 from ._memory_inspect import MemoryInspection
 from ._memory_outbox import Delivery, MemoryOutboxSource
@@ -179,32 +173,25 @@ class MemoryDurability(DurabilityEngine, MemoryOutboxSource, MemoryInspection):
         value: JsonValue,
         note: str,
         actor: str,
+        lease: Lease | None,
     ) -> EffectReceipt:
-        """A ``prepared`` receipt is resolved under the thread's lock with a new epoch (a turn
-        running it is waited for; one that lost the lock is fenced)."""
-
-        async def resolve(holds_lease: bool) -> EffectReceipt:
-            existing = await self.get_receipt(thread_id, idempotency_key)
-            receipt, record = resolve_uncertain(
-                existing,
-                outcome,
-                thread_id=thread_id,
-                idempotency_key=idempotency_key,
-                value=value,
-                note=note,
-                actor=actor,
-                now=self._now(),
-                holds_lease=holds_lease,
-            )
-            self._put_receipt(receipt)
-            self.store.reconciliations.append(encode_model(record, what="reconciliation"))
-            return receipt
-
-        if not reconcile_takes_lease(await self.get_receipt(thread_id, idempotency_key)):
-            return await resolve(False)
-        async with self._lease(thread_id) as lease:
+        if lease is not None:
             self._fence(lease)
-            return await resolve(True)
+        existing = await self.get_receipt(thread_id, idempotency_key)
+        receipt, record = resolve_uncertain(
+            existing,
+            outcome,
+            thread_id=thread_id,
+            idempotency_key=idempotency_key,
+            value=value,
+            note=note,
+            actor=actor,
+            now=self._now(),
+            holds_lease=lease is not None,
+        )
+        self._put_receipt(receipt)
+        self.store.reconciliations.append(encode_model(record, what="reconciliation"))
+        return receipt
 
     async def _close(self) -> None:
         return None
@@ -267,11 +254,7 @@ class MemoryDurability(DurabilityEngine, MemoryOutboxSource, MemoryInspection):
         ]
         if status is not None and ReceiptStatus(status) is ReceiptStatus.UNCERTAIN:
             # Also interrupted ``prepared`` receipts (no live lease holder), as stored.
-            chosen = [
-                r
-                for r in receipts
-                if needs_operator(r.status, lease_held=self._lease_held(r.thread_id))
-            ]
+            chosen = [r for r in receipts if self._awaits_operator(r)]
         else:
             chosen = [r for r in receipts if status is None or r.status is ReceiptStatus(status)]
         chosen.sort(key=lambda r: (r.updated_at, r.id))

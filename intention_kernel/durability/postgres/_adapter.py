@@ -35,7 +35,7 @@ from ...contracts.turns import DurableTurnResult
 from .. import _turns
 from .._documents import decode_model, decode_own_model, decode_turn, encode_model
 from .._engine import DurabilityEngine, Lease, StoredTurn, TurnCommit
-from .._ledger import EffectStart, reconcile_takes_lease, resolve_uncertain, start_effect
+from .._ledger import EffectStart, resolve_uncertain, start_effect
 from .._settle import settle
 from ..crashpoints import CrashPoint, crash_point
 from . import _schema
@@ -626,13 +626,12 @@ class PostgresDurability(
         value: JsonValue,
         note: str,
         actor: str,
+        lease: Lease | None,
     ) -> EffectReceipt:
-        """A ``prepared`` receipt is resolved holding the thread's lease, acquired like a turn
-        does (waiting up to ``lock_timeout`` for a running turn, moving the epoch so a former
-        holder is fenced) and released after the fenced transaction."""
         s = f'"{self.schema}"'
+        assert lease is None or isinstance(lease, PgLease)
 
-        async def transaction(lease: PgLease | None) -> EffectReceipt:
+        async def transaction() -> EffectReceipt:
             async with self._pool.acquire() as conn, conn.transaction():
                 await conn.execute("SET LOCAL synchronous_commit = on")
                 if lease is not None and not await conn.fetchval(
@@ -683,11 +682,7 @@ class PostgresDurability(
                 )
                 return receipt
 
-        if not reconcile_takes_lease(await self.get_receipt(thread_id, idempotency_key)):
-            return await retrying(lambda: transaction(None))
-        async with self._lease(thread_id) as lease:
-            assert isinstance(lease, PgLease)
-            return await retrying(lambda: transaction(lease))
+        return await retrying(transaction)
 
     async def _close(self) -> None:
         if self._background:  # lease releases of cancelled turns, before the pool goes

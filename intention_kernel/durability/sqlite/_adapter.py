@@ -41,7 +41,7 @@ from ...contracts.turns import DurableTurnResult
 from .. import _turns
 from .._documents import PRUNED_TURN, decode_model, decode_turn, encode_model
 from .._engine import DurabilityEngine, Lease, StoredTurn, TurnCommit
-from .._ledger import EffectStart, reconcile_takes_lease, resolve_uncertain, start_effect
+from .._ledger import EffectStart, resolve_uncertain, start_effect
 from .._listing import check_limit
 from ..crashpoints import CrashPoint, crash_point
 from ._connection import Connection
@@ -333,12 +333,9 @@ class SQLiteDurability(DurabilityEngine, SQLiteOutboxSource, SQLiteInspection):
         value: JsonValue,
         note: str,
         actor: str,
+        lease: Lease | None,
     ) -> EffectReceipt:
-        """A ``prepared`` receipt is resolved under the thread's lease: the flock (waiting up to
-        ``lock_timeout`` for a running turn) and the epoch moved in the same transaction, so a
-        paused former holder is fenced."""
-
-        def reconcile(conn: sqlite3.Connection, holds_lease: bool) -> EffectReceipt:
+        def reconcile(conn: sqlite3.Connection) -> EffectReceipt:
             existing = _read_receipt(conn, thread_id, idempotency_key)
             receipt, record = resolve_uncertain(
                 existing,
@@ -349,7 +346,7 @@ class SQLiteDurability(DurabilityEngine, SQLiteOutboxSource, SQLiteInspection):
                 note=note,
                 actor=actor,
                 now=self._now(),
-                holds_lease=holds_lease,
+                holds_lease=lease is not None,
             )
             self._put_receipt(conn, receipt)
             conn.execute(
@@ -364,11 +361,10 @@ class SQLiteDurability(DurabilityEngine, SQLiteOutboxSource, SQLiteInspection):
             )
             return receipt
 
-        stored = await self._db.read(lambda conn: _read_receipt(conn, thread_id, idempotency_key))
-        if not reconcile_takes_lease(stored):
-            return await self._db.write(lambda conn: reconcile(conn, False))
-        async with self._lease(thread_id) as lease:
-            return await self._fenced_write(lease, lambda conn: reconcile(conn, True))
+        if lease is None:
+            return await self._db.write(reconcile)
+        # The epoch moves in this transaction: a paused former holder is fenced.
+        return await self._fenced_write(lease, reconcile)
 
     async def _close(self) -> None:
         await self._db.close()
