@@ -51,6 +51,7 @@ from ..contracts.receipts import (
     ReconcileOutcome,
 )
 from ..contracts.turns import DurableTurnResult
+from ..crashpoints import CrashPoint, SimulatedCrash, crash_point
 from . import _turns
 from ._documents import encode_model
 from ._ledger import (
@@ -61,7 +62,6 @@ from ._ledger import (
     uncertain_error,
 )
 from ._settle import settle
-from .crashpoints import CrashPoint, SimulatedCrash, crash_point
 
 __all__ = ["DurabilityEngine", "Lease", "StoredTurn", "TurnCommit", "TurnScopeImpl"]
 

@@ -36,7 +36,7 @@ from ..contracts.events import KernelEvent, StoredEvent
 from ..contracts.ids import new_id
 from ..contracts.outbox import OutboxNotifier, OutboxSource, OutboxStats
 from ..contracts.sinks import EventSink, OutcomeKind, PublishOutcome
-from ..durability.crashpoints import RelayCrashPoint, crash_point
+from ..crashpoints import RelayCrashPoint, crash_point
 from ._backoff import Backoff
 
 __all__ = ["BatchReport", "OutboxRelay", "RelayStats"]

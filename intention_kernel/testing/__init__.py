@@ -2,12 +2,12 @@
 
 ``ScriptedModelGateway`` answers model requests from a script; ``EventCollector`` is an
 in-memory ``EventSink`` for relay and kernel tests. The outbox-source suite is
-``intention_kernel.testing.outbox_conformance``. The adapter conformance suite lives in
+``intention_kernel.testing.conformance.outbox``. The adapter conformance suite lives in
 ``intention_kernel.testing.conformance`` (both need the ``testing`` extra: pytest and
 hypothesis).
 """
 
-from ..durability.crashpoints import CrashPoint, SimulatedCrash, crash_hook, raise_at
+from ..crashpoints import CrashPoint, SimulatedCrash, crash_hook, raise_at
 from ..durability.memory import MemoryDurability, MemoryStore
 from .events import EventCollector
 from .gateway import ScriptedModelGateway, ScriptEntry

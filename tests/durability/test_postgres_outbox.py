@@ -19,7 +19,7 @@ from intention_kernel.contracts.sinks import PublishOutcome
 from intention_kernel.durability.postgres import MIGRATIONS, PostgresDurability
 from intention_kernel.relay import OutboxRelay
 from intention_kernel.relay.cli import relay_main
-from intention_kernel.testing.outbox_conformance import (
+from intention_kernel.testing.conformance.outbox import (
     OutboxHarness,
     OutboxSourceConformance,
     OutboxStore,

@@ -14,7 +14,7 @@ import pytest
 from intention_kernel.durability.sqlite import SQLiteDurability
 from intention_kernel.durability.sqlite._schema import MIGRATIONS, SCHEMA_VERSION
 from intention_kernel.relay.cli import relay_main
-from intention_kernel.testing.outbox_conformance import (
+from intention_kernel.testing.conformance.outbox import (
     OutboxHarness,
     OutboxSourceConformance,
     OutboxStore,

@@ -28,7 +28,7 @@ import asyncpg
 from intention_kernel.contracts import TurnScope
 from intention_kernel.contracts.errors import KernelError, LeaseLostError
 from intention_kernel.contracts.receipts import EffectAuthority
-from intention_kernel.durability.crashpoints import CrashPoint, kill_at, set_crash_hook
+from intention_kernel.crashpoints import CrashPoint, kill_at, set_crash_hook
 from intention_kernel.durability.postgres import PostgresDurability
 from intention_kernel.testing.conformance import effect, make_events, make_result
 

@@ -14,11 +14,11 @@ import os
 import sys
 from typing import Any
 
-from intention_kernel.durability.crashpoints import RelayCrashPoint, kill_at, set_crash_hook
+from intention_kernel.crashpoints import RelayCrashPoint, kill_at, set_crash_hook
 from intention_kernel.durability.postgres import PostgresDurability
 from intention_kernel.durability.sqlite import SQLiteDurability
 from intention_kernel.relay import OutboxRelay, open_sink
-from intention_kernel.testing.outbox_conformance import OutboxStore
+from intention_kernel.testing.conformance.outbox import OutboxStore
 
 
 async def relay(spec: dict[str, Any]) -> None:

@@ -37,7 +37,7 @@ from intention_kernel.contracts import (
     KernelEvent,
     TurnScope,
 )
-from intention_kernel.durability.crashpoints import CrashPoint, kill_at, set_crash_hook
+from intention_kernel.crashpoints import CrashPoint, kill_at, set_crash_hook
 from intention_kernel.durability.sqlite import SQLiteDurability
 
 CAPABILITY = "test.call"

@@ -23,7 +23,7 @@ import pytest
 from intention_kernel.contracts.errors import ConfigurationError, ErrorCode
 from intention_kernel.durability.postgres import PostgresDurability
 from intention_kernel.testing.conformance import Provider, commit_simple, effect
-from intention_kernel.testing.outbox_conformance import commit_events
+from intention_kernel.testing.conformance.outbox import commit_events
 from intention_kernel.testing.postgres import drop_schema, scratch_schema
 
 from . import kit

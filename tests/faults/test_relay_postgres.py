@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from intention_kernel.durability.crashpoints import RelayCrashPoint
+from intention_kernel.crashpoints import RelayCrashPoint
 from intention_kernel.durability.postgres import PostgresDurability
-from intention_kernel.testing.outbox_conformance import commit_events
+from intention_kernel.testing.conformance.outbox import commit_events
 from intention_kernel.testing.postgres import drop_schema, scratch_schema
 
 from .fault_support import SCALE

@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
-from intention_kernel.durability.crashpoints import RelayCrashPoint
+from intention_kernel.crashpoints import RelayCrashPoint
 from intention_kernel.durability.sqlite import SQLiteDurability
-from intention_kernel.testing.outbox_conformance import commit_events
+from intention_kernel.testing.conformance.outbox import commit_events
 
 from .fault_support import SCALE, worker_env
 

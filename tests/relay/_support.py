@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from intention_kernel.contracts import KernelEvent
 from intention_kernel.relay import Backoff, OutboxRelay
 from intention_kernel.testing import MemoryDurability
-from intention_kernel.testing.outbox_conformance import commit_events
+from intention_kernel.testing.conformance.outbox import commit_events
 
 FAST = Backoff(initial=0.01, maximum=0.05, jitter=0.0)
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from intention_kernel.testing import MemoryDurability, MemoryStore
-from intention_kernel.testing.outbox_conformance import (
+from intention_kernel.testing.conformance.outbox import (
     OutboxHarness,
     OutboxSourceConformance,
     OutboxStore,

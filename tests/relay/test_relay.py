@@ -10,7 +10,7 @@ import pytest
 from intention_kernel.contracts import ConfigurationError, DurabilityError, ErrorCode, StoredEvent
 from intention_kernel.relay import Backoff, OutboxRelay, PublishOutcome
 from intention_kernel.testing import EventCollector, MemoryDurability
-from intention_kernel.testing.outbox_conformance import commit_events
+from intention_kernel.testing.conformance.outbox import commit_events
 
 from ._support import FAST, commit_workload, eventually, first_delivery_order, run_until_drained
 

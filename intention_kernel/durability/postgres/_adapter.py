@@ -32,12 +32,12 @@ from ...contracts.receipts import (
     ReconcileOutcome,
 )
 from ...contracts.turns import DurableTurnResult
+from ...crashpoints import CrashPoint, crash_point
 from .. import _turns
 from .._documents import decode_model, decode_own_model, decode_turn, encode_model
 from .._engine import DurabilityEngine, Lease, StoredTurn, TurnCommit
 from .._ledger import EffectStart, resolve_uncertain, start_effect
 from .._settle import settle
-from ..crashpoints import CrashPoint, crash_point
 from . import _schema
 from ._errors import bounded, retrying, translated
 from ._inspect import PostgresInspection

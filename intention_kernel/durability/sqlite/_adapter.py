@@ -38,12 +38,12 @@ from ...contracts.receipts import (
     ReconciliationRecord,
 )
 from ...contracts.turns import DurableTurnResult
+from ...crashpoints import CrashPoint, crash_point
 from .. import _turns
 from .._documents import PRUNED_TURN, decode_model, decode_turn, encode_model
 from .._engine import DurabilityEngine, Lease, StoredTurn, TurnCommit
 from .._ledger import EffectStart, resolve_uncertain, start_effect
 from .._listing import check_limit
-from ..crashpoints import CrashPoint, crash_point
 from ._connection import Connection
 from ._inspect import SQLiteInspection, awaiting_operator, lease_probe
 from ._lease import LockFiles

@@ -16,7 +16,7 @@ from ...contracts.errors import (
     UsageError,
 )
 from ...contracts.receipts import EffectAuthority, EffectExecution, EffectIdentity, ReceiptStatus
-from ...durability.crashpoints import CrashPoint, SimulatedCrash, crash_hook, raise_at
+from ...crashpoints import CrashPoint, SimulatedCrash, crash_hook, raise_at
 from ._support import (
     ConformanceHarness,
     Provider,

@@ -22,7 +22,7 @@ from ...contracts.durability import DurabilityStore, EffectOperation, TurnScope
 from ...contracts.errors import EffectConflictError, EffectNotAppliedError, EffectUncertainError
 from ...contracts.ids import new_id
 from ...contracts.receipts import EffectAuthority, ReceiptStatus, ReconcileOutcome
-from ...durability.crashpoints import CrashPoint, SimulatedCrash, crash_hook, raise_at
+from ...crashpoints import CrashPoint, SimulatedCrash, crash_hook, raise_at
 from ._support import ConformanceHarness, effect, make_result
 
 __all__ = ["Stateful"]

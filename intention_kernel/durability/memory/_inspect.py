@@ -10,17 +10,17 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from ..contracts.errors import InvalidInputError
-from ..contracts.ids import validate_thread_id
-from ..contracts.inspect import LeaseInfo, PruneReport, SchemaInfo, StoreStatus, ThreadSummary
-from ..contracts.receipts import EffectReceipt, ReceiptStatus
-from ..contracts.turns import DurableTurnResult
-from ._documents import PRUNED_TURN, decode_model, is_pruned
-from ._ledger import needs_operator
-from ._listing import check_limit
+from ...contracts.errors import InvalidInputError
+from ...contracts.ids import validate_thread_id
+from ...contracts.inspect import LeaseInfo, PruneReport, SchemaInfo, StoreStatus, ThreadSummary
+from ...contracts.receipts import EffectReceipt, ReceiptStatus
+from ...contracts.turns import DurableTurnResult
+from .._documents import PRUNED_TURN, decode_model, is_pruned
+from .._ledger import needs_operator
+from .._listing import check_limit
 
 if TYPE_CHECKING:
-    from .memory import MemoryStore
+    from ._adapter import MemoryStore
 
 __all__ = ["MemoryInspection"]
 

@@ -11,13 +11,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from ..contracts.errors import InvalidInputError
-from ..contracts.events import KernelEvent, StoredEvent
-from ..contracts.outbox import OutboxStats
-from ._documents import decode_model
+from ...contracts.errors import InvalidInputError
+from ...contracts.events import KernelEvent, StoredEvent
+from ...contracts.outbox import OutboxStats
+from .._documents import decode_model
 
 if TYPE_CHECKING:
-    from .memory import MemoryStore
+    from ._adapter import MemoryStore
 
 __all__ = ["Delivery", "MemoryOutboxSource"]
 

@@ -15,27 +15,27 @@ from datetime import datetime
 
 from pydantic import JsonValue
 
-from ..contracts.checkpoint import KernelCheckpoint
-from ..contracts.codec import DEFAULT_LIMITS, JsonLimits
-from ..contracts.errors import DurabilityError, ErrorCode, LeaseLostError
-from ..contracts.events import KernelEvent, StoredEvent
-from ..contracts.ids import validate_idempotency_key, validate_thread_id, validate_turn_id
-from ..contracts.receipts import (
+from ...contracts.checkpoint import KernelCheckpoint
+from ...contracts.codec import DEFAULT_LIMITS, JsonLimits
+from ...contracts.errors import DurabilityError, ErrorCode, LeaseLostError
+from ...contracts.events import KernelEvent, StoredEvent
+from ...contracts.ids import validate_idempotency_key, validate_thread_id, validate_turn_id
+from ...contracts.receipts import (
     EffectIdentity,
     EffectReceipt,
     ReceiptStatus,
     ReconcileOutcome,
     ReconciliationRecord,
 )
-from ..contracts.turns import DurableTurnResult
-from . import _turns
-from ._documents import decode_model, decode_turn, encode_model, is_pruned
-from ._engine import DurabilityEngine, Lease, StoredTurn, TurnCommit
-from ._ledger import EffectStart, resolve_uncertain, start_effect
-from ._listing import check_limit
-from ._memory_inspect import MemoryInspection
-from ._memory_outbox import Delivery, MemoryOutboxSource
-from .crashpoints import CrashPoint, crash_point
+from ...contracts.turns import DurableTurnResult
+from ...crashpoints import CrashPoint, crash_point
+from .. import _turns
+from .._documents import decode_model, decode_turn, encode_model, is_pruned
+from .._engine import DurabilityEngine, Lease, StoredTurn, TurnCommit
+from .._ledger import EffectStart, resolve_uncertain, start_effect
+from .._listing import check_limit
+from ._inspect import MemoryInspection
+from ._outbox import Delivery, MemoryOutboxSource
 
 __all__ = ["MemoryDurability", "MemoryStore"]
 

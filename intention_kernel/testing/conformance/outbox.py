@@ -4,7 +4,7 @@ A store runs it by subclassing ``OutboxSourceConformance`` and providing an ``ou
 fixture::
 
     import pytest
-    from intention_kernel.testing.outbox_conformance import OutboxHarness, OutboxSourceConformance
+    from intention_kernel.testing.conformance.outbox import OutboxHarness, OutboxSourceConformance
 
     class MyOutboxHarness(OutboxHarness):
         async def _open(self):
@@ -31,10 +31,10 @@ from typing import Any, Protocol, TypeVar
 
 import pytest
 
-from ..contracts.durability import DurabilityStore, TurnScope
-from ..contracts.events import StoredEvent
-from ..contracts.outbox import OutboxSource
-from .conformance._support import make_events, make_result
+from ...contracts.durability import DurabilityStore, TurnScope
+from ...contracts.events import StoredEvent
+from ...contracts.outbox import OutboxSource
+from ._support import make_events, make_result
 
 __all__ = [
     "OutboxHarness",
