@@ -114,7 +114,7 @@ async def run(store: DurabilityStore, where: str) -> None:
     interaction = proposed.checkpoint.interaction
     _check(interaction is not None, "the booking waits for a confirmation")
     assert interaction is not None
-    _note(f"agenda: {[(a.capability_id, a.status) for a in proposed.checkpoint.agenda]}")
+    _note(f"agenda: {[(a.capability_id, str(a.status)) for a in proposed.checkpoint.agenda]}")
     _note(f"provider calls so far: {provider.total_calls()}")
     _check(provider.total_calls() == 0, "nothing is booked before consent")
 

@@ -3,6 +3,7 @@
 from .checkpoint import (
     SCHEMA_VERSION,
     AgendaItem,
+    AgendaStatus,
     Evidence,
     FactRecord,
     Interaction,
@@ -52,6 +53,7 @@ __all__ = [
     "DEFAULT_LIMITS",
     "SCHEMA_VERSION",
     "AgendaItem",
+    "AgendaStatus",
     "AgentCompilationError",
     "CheckpointCorruptError",
     "CheckpointIncompatibleError",

@@ -9,6 +9,7 @@ workflow state belongs in facts, never in new fields here. The JSON form round-t
 from __future__ import annotations
 
 from datetime import datetime
+from enum import StrEnum
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
@@ -18,6 +19,7 @@ from .receipts import EffectReceipt
 __all__ = [
     "SCHEMA_VERSION",
     "AgendaItem",
+    "AgendaStatus",
     "Evidence",
     "FactRecord",
     "Interaction",
@@ -32,6 +34,8 @@ _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
 
 class Message(BaseModel):
+    """One message of the thread as the checkpoint keeps it (the newest, bounded)."""
+
     model_config = _FROZEN
 
     role: Literal["user", "assistant"]
@@ -69,6 +73,19 @@ class FactRecord(BaseModel):
     turn_id: str
 
 
+class AgendaStatus(StrEnum):
+    """What a pending agenda item waits for. Stored as the plain string value."""
+
+    AWAITING_CONFIRMATION = "awaiting_confirmation"
+    """The kernel asks for consent (``confirmation="required"`` or a policy) before it runs."""
+    NEEDS_CONFIRMATION = "needs_confirmation"
+    """The capability asked for consent itself; an accepting answer resumes it."""
+    NEEDS_INPUT = "needs_input"
+    """The capability asked the user for more; planning it again answers it."""
+    WAITING_FOR_FACT = "waiting_for_fact"
+    """A fact it requires is missing; it resumes once the fact exists or changes."""
+
+
 class AgendaItem(BaseModel):
     """Work planned but not finished (e.g. a write awaiting confirmation or a dependency)."""
 
@@ -78,7 +95,7 @@ class AgendaItem(BaseModel):
     capability_id: str
     capability_version: str | None = None
     input: JsonValue = None
-    status: str
+    status: AgendaStatus
     reason: str | None = None
     created_turn_id: str
     data: dict[str, JsonValue] = Field(default_factory=dict)

@@ -55,6 +55,7 @@ class JsonLimits:
 
 
 DEFAULT_LIMITS = JsonLimits()
+"""The limits every store applies unless configured otherwise (4 MiB, 64 levels)."""
 
 
 def _check(value: Any, limits: JsonLimits, what: str) -> None:

@@ -31,7 +31,10 @@ Hierarchy::
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:  # receipts.py imports this module (through ids): no runtime import back
+    from .receipts import EffectReceipt
 
 __all__ = [
     "AgentCompilationError",
@@ -167,41 +170,57 @@ class KernelError(Exception):
 
 
 class InvalidInputError(KernelError):
+    """Bad input crossing a public entry point; nothing was written."""
+
     default_code = ErrorCode.INVALID_INPUT
     default_message = "invalid input"
 
 
 class InvalidIdError(InvalidInputError):
+    """A thread or turn id, idempotency key, capability or step id is malformed."""
+
     default_code = ErrorCode.INVALID_ID
     default_message = "invalid identifier"
 
 
 class SerializationError(InvalidInputError):
+    """A value cannot be stored as JSON exactly: not JSON, NaN/Infinity, too deep, too large."""
+
     default_code = ErrorCode.NOT_SERIALIZABLE
     default_message = "value is not storable as JSON"
 
 
 class SchemaValidationError(InvalidInputError):
+    """A value does not match its declared schema."""
+
     default_code = ErrorCode.SCHEMA_VALIDATION_FAILED
     default_message = "value does not match its schema"
 
 
 class ConfigurationError(KernelError):
+    """Invalid settings, refused at start rather than at the first turn."""
+
     default_code = ErrorCode.INVALID_CONFIGURATION
     default_message = "invalid configuration"
 
 
 class UsageError(KernelError):
+    """An API was called in the wrong state (a closed scope, a nested or refused effect)."""
+
     default_code = ErrorCode.SCOPE_CLOSED
     default_message = "API used in the wrong state"
 
 
 class DurabilityError(KernelError):
+    """The durable store could not do what was asked."""
+
     default_code = ErrorCode.STORE_ERROR
     default_message = "the durable store failed"
 
 
 class LeaseLostError(DurabilityError):
+    """Another holder took over the thread; this one is fenced and its write refused."""
+
     default_code = ErrorCode.LEASE_LOST
     default_message = (
         "the thread lease was lost to another holder; this write was refused "
@@ -211,30 +230,57 @@ class LeaseLostError(DurabilityError):
 
 
 class TurnConflictError(DurabilityError):
+    """A turn id reused with another request, a turn already committed, a revision conflict."""
+
     default_code = ErrorCode.TURN_ID_REUSED
     default_message = "turn conflicts with a stored turn"
 
 
 class CheckpointCorruptError(DurabilityError):
+    """A stored document cannot be read back."""
+
     default_code = ErrorCode.CHECKPOINT_CORRUPT
     default_message = "a stored document cannot be read back"
 
 
 class StoreSchemaError(DurabilityError):
+    """The store's schema is missing or newer than this code."""
+
     default_code = ErrorCode.STORE_SCHEMA_MISSING
     default_message = "the store schema is missing or not supported"
 
 
 class EffectError(KernelError):
+    """Root of the errors about external writes run through the effect ledger."""
+
     default_code = ErrorCode.EFFECT_UNCERTAIN
     default_message = "effect error"
 
 
 class EffectUncertainError(EffectError):
+    """A write may or may not have happened: fail closed, never retried automatically.
+
+    ``receipt`` is the ledger's receipt for the write when the ledger raised this error, so
+    callers need not read it back; it may be as last written (``prepared``) when the outcome
+    could not be recorded, and it is ``None`` when raised elsewhere.
+    """
+
     default_code = ErrorCode.EFFECT_UNCERTAIN
     default_message = (
         "the external write may or may not have happened; it will not be retried automatically"
     )
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        code: ErrorCode | None = None,
+        retryable: bool | None = None,
+        context: dict[str, Any] | None = None,
+        receipt: EffectReceipt | None = None,
+    ) -> None:
+        super().__init__(message, code=code, retryable=retryable, context=context)
+        self.receipt: EffectReceipt | None = receipt
 
 
 class EffectNotAppliedError(EffectError):
@@ -248,27 +294,37 @@ class EffectNotAppliedError(EffectError):
 
 
 class EffectConflictError(EffectError):
+    """An idempotency key bound to another capability, or a receipt in the wrong state."""
+
     default_code = ErrorCode.IDEMPOTENCY_KEY_COLLISION
     default_message = "the idempotency key is bound to another capability"
 
 
 class CheckpointIncompatibleError(KernelError):
+    """The stored checkpoint was written by another agent contract or a newer schema."""
+
     default_code = ErrorCode.CHECKPOINT_INCOMPATIBLE
     default_message = "the stored checkpoint is not compatible with this agent"
 
 
 class AgentCompilationError(KernelError):
+    """An agent definition is invalid; ``context["problems"]`` lists every problem."""
+
     default_code = ErrorCode.AGENT_COMPILATION_FAILED
     default_message = "the agent definition is invalid"
 
 
 class ModelGatewayError(KernelError):
+    """The model provider failed or answered something unusable (retryable)."""
+
     default_code = ErrorCode.MODEL_GATEWAY_FAILED
     default_message = "the model gateway failed"
     default_retryable = True
 
 
 class TurnTimeoutError(KernelError):
+    """A turn ran past its deadline; it may have committed: deliver the same turn id again."""
+
     default_code = ErrorCode.TURN_TIMEOUT
     default_message = (
         "the turn did not finish before its deadline; it may have committed: "

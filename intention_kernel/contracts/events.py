@@ -16,12 +16,23 @@ __all__ = ["EventCategory", "KernelEvent", "StoredEvent"]
 
 
 class EventCategory(StrEnum):
+    """Who an event is for: ``trace`` (debugging), ``audit`` (who decided and what ran) or
+    ``integration`` (other systems react to it)."""
+
     TRACE = "trace"
     AUDIT = "audit"
     INTEGRATION = "integration"
 
 
 class KernelEvent(BaseModel):
+    """One thing a turn tells the outside world, in a fixed envelope.
+
+    ``id`` is unique across turns and attempts (consumers deduplicate by it); ``sequence`` is
+    dense in emission order within the turn; ``correlation_id`` is the turn's trace id and
+    ``causation_id`` the event that caused this one. Only ``data`` is the event's own payload,
+    and only ``data`` may be changed by the host's redactor.
+    """
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     id: str

@@ -23,6 +23,14 @@ ModelTask = str
 
 
 class ModelRequest(BaseModel):
+    """One structured question to a model: plain JSON, so it can be logged, replayed in
+    evaluations and redacted.
+
+    ``task`` says which stage asks (``interpret``, ``repair``, ``compose``); ``model`` is the
+    model the agent asked for (``None``: the gateway's default); ``output_schema`` is the JSON
+    Schema the answer must match, which the kernel checks again itself.
+    """
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     task: ModelTask
@@ -33,6 +41,9 @@ class ModelRequest(BaseModel):
 
 
 class ModelResponse(BaseModel):
+    """A model's answer: ``output`` is untrusted JSON the kernel validates before use;
+    ``model`` and ``usage`` (token counts by name) are reported as the provider gave them."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     output: JsonValue = None

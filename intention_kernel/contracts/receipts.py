@@ -37,6 +37,8 @@ __all__ = [
 
 
 class ReceiptStatus(StrEnum):
+    """Where one external write stands in the effect ledger (see the diagram above)."""
+
     PREPARED = "prepared"
     """Durably recorded before the provider call; if found at the start of a call, or while
     no one holds the thread's lease (interrupted), the attempt ended mid-call and the outcome
@@ -50,6 +52,7 @@ class ReceiptStatus(StrEnum):
 
 
 ReconcileOutcome = Literal["completed", "not_applied"]
+"""An operator's finding for an uncertain write: it happened, or it provably did not."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +87,15 @@ class EffectAuthority:
 
 
 class EffectReceipt(BaseModel):
+    """The durable record of one external write, keyed by its idempotency key.
+
+    The ledger's copy rules; a checkpoint keeps copies of the receipts that matter now (every
+    ``uncertain`` one until an operator reconciles it). ``value`` is the stored result of a
+    ``completed`` write, replayed for every later call with the same key; ``error`` is a safe
+    reason for a ``failed`` or ``uncertain`` one; ``attempts`` counts the calls started under
+    this receipt (a ``failed`` one may be retried and keeps its ``id``).
+    """
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     id: str

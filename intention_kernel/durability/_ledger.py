@@ -254,4 +254,5 @@ def uncertain_error(
             "since": receipt.updated_at.isoformat(),
             "reason": receipt.error,
         },
+        receipt=receipt,
     )

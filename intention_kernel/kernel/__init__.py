@@ -6,7 +6,7 @@ through the ``ModelGateway`` protocol.
 
 from .agent import AgentDefinition, define_agent
 from .approval import Approval, ConfirmationAnswer, operation_digest
-from .capability import Capability, Confirmation, Effect, Guidance, define_capability
+from .capability import Capability, Guidance, define_capability
 from .compat import Compatibility, Migration
 from .context import CapabilityContext, StepEvents, TurnInfo
 from .events import Redactor
@@ -26,6 +26,7 @@ from .results import (
     ProducedFact,
 )
 from .runtime import CompiledAgent, request_fingerprint
+from .states import Confirmation, ConfirmationMode, Effect, EffectKind, HoldReason, StepStatus
 
 __all__ = [
     "AgentDefinition",
@@ -38,9 +39,12 @@ __all__ = [
     "Completed",
     "Confirmation",
     "ConfirmationAnswer",
+    "ConfirmationMode",
     "Effect",
+    "EffectKind",
     "Failed",
     "Guidance",
+    "HoldReason",
     "Kernel",
     "KernelLimits",
     "Migration",
@@ -54,6 +58,7 @@ __all__ = [
     "Redactor",
     "Response",
     "StepEvents",
+    "StepStatus",
     "StepSummary",
     "TurnInfo",
     "TurnResult",

@@ -13,6 +13,9 @@ __all__ = ["AgentDefinition", "define_agent"]
 
 @dataclass(frozen=True, slots=True)
 class AgentDefinition:
+    """A named, versioned set of capabilities with instructions and policies; inert data
+    until ``kernel.compile`` judges it."""
+
     id: str
     version: str
     description: str

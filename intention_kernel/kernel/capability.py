@@ -9,19 +9,20 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
 from .results import CapabilityResult
+from .states import Confirmation, ConfirmationMode, Effect, EffectKind
 
 if TYPE_CHECKING:
     from .context import CapabilityContext
 
 __all__ = ["Capability", "Confirmation", "Effect", "Guidance", "define_capability"]
 
-Effect = Literal["none", "read", "write"]
-Confirmation = Literal["none", "required", "capability"]
+_EFFECTS = tuple(EffectKind)
+_CONFIRMATIONS = tuple(ConfirmationMode)
 Execute = Callable[["CapabilityContext", Any], Awaitable[CapabilityResult]]
 
 
@@ -43,6 +44,12 @@ class Guidance:
 
 @dataclass(frozen=True, slots=True)
 class Capability:
+    """One typed, versioned thing an agent can do, as ``define_capability`` recorded it.
+
+    Inert until ``kernel.compile`` judges it; ``effect`` and ``confirmation`` hold the enum
+    members for known values and anything else as given, so compile can name the mistake.
+    """
+
     id: str
     version: str
     description: str
@@ -52,8 +59,8 @@ class Capability:
     requires: tuple[str, ...] = ()
     provides: tuple[str, ...] = ()
     invalidates: tuple[str, ...] = ()
-    effect: Effect = "read"
-    confirmation: Confirmation = "none"
+    effect: Effect = EffectKind.READ
+    confirmation: Confirmation = ConfirmationMode.NONE
     guidance: Guidance = field(default_factory=Guidance)
 
 
@@ -68,8 +75,8 @@ def define_capability(
     requires: Sequence[str] = (),
     provides: Sequence[str] = (),
     invalidates: Sequence[str] = (),
-    effect: Effect = "read",
-    confirmation: Confirmation = "none",
+    effect: Effect = EffectKind.READ,
+    confirmation: Confirmation = ConfirmationMode.NONE,
     guidance: Guidance | None = None,
 ) -> Capability:
     """Record a capability. ``execute(context, input)`` gets the validated input model and
@@ -85,7 +92,9 @@ def define_capability(
         requires=tuple(requires),
         provides=tuple(provides),
         invalidates=tuple(invalidates),
-        effect=effect,
-        confirmation=confirmation,
+        effect=EffectKind(effect) if effect in _EFFECTS else effect,
+        confirmation=(
+            ConfirmationMode(confirmation) if confirmation in _CONFIRMATIONS else confirmation
+        ),
         guidance=guidance if guidance is not None else Guidance(),
     )

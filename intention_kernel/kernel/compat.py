@@ -21,6 +21,9 @@ Migration = Callable[[KernelCheckpoint], KernelCheckpoint]
 
 @dataclass(frozen=True, slots=True)
 class Compatibility:
+    """Which stored checkpoints an agent accepts: its own fingerprint, the declared ones as
+    they are, and those with a registered migration."""
+
     fingerprint: str
     compatible_with: frozenset[str] = frozenset()
     migrations: Mapping[str, Migration] = field(default_factory=dict)

@@ -19,6 +19,7 @@ from .agent import AgentDefinition
 from .capability import Capability, Guidance
 from .facts import parse_fact_ref
 from .manifest import build_manifest, manifest_fingerprint
+from .states import ConfirmationMode, EffectKind
 
 __all__ = ["check_agent", "compile_manifest"]
 
@@ -29,8 +30,9 @@ _SEMVER = re.compile(
     r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$"
 )
 _CAPABILITY_ID = re.compile(r"^[a-z][a-z0-9_\-]*(?:\.[a-z0-9_\-]+)*$")
-_EFFECTS = ("none", "read", "write")
-_CONFIRMATIONS = ("none", "required", "capability")
+_EFFECTS = tuple(EffectKind)
+_CONFIRMATIONS = tuple(ConfirmationMode)
+_ASKS_CONSENT = (ConfirmationMode.REQUIRED, ConfirmationMode.CAPABILITY)
 
 
 class _Problems:
@@ -92,13 +94,13 @@ def _check_capability(problems: _Problems, cap: Capability, where: str) -> None:
         problems.add(
             "invalid_confirmation", where, "confirmation must be none, required or capability"
         )
-    if cap.effect == "write" and cap.confirmation == "none":
+    if cap.effect == EffectKind.WRITE and cap.confirmation == ConfirmationMode.NONE:
         problems.add(
             "write_without_confirmation",
             where,
             "a write capability needs confirmation='required' or 'capability'",
         )
-    if cap.effect in ("none", "read") and cap.confirmation in ("required", "capability"):
+    if cap.effect in (EffectKind.NONE, EffectKind.READ) and cap.confirmation in _ASKS_CONSENT:
         problems.add(
             "confirmation_without_write", where, "only write capabilities take a confirmation"
         )

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import JsonValue
@@ -37,12 +36,35 @@ from .approval import Approval, ConfirmationAnswer
 from .events import EventRecorder
 from .facts import parse_fact_ref
 from .keys import provider_idempotency_key
+from .states import Confirmation, ConfirmationMode, Effect, EffectKind
 
-__all__ = ["CapabilityContext", "StepEvents", "TurnInfo"]
+__all__ = ["CapabilityContext", "StepEvents", "TurnInfo", "uncertain_copy"]
+
+UNKNOWN_OUTCOME = "the outcome is not known"
+
+
+def uncertain_copy(receipt: EffectReceipt) -> EffectReceipt:
+    """The checkpoint's copy of a receipt whose write is in doubt: always ``uncertain``.
+
+    The ledger may hand over the receipt as it was when the outcome could not be recorded
+    (``prepared``, or even ``completed`` when that write failed); the turn must still say
+    "being verified" and keep the copy until an operator reconciles it.
+    """
+    if receipt.status is ReceiptStatus.UNCERTAIN:
+        return receipt
+    return receipt.model_copy(
+        update={
+            "status": ReceiptStatus.UNCERTAIN,
+            "value": None,
+            "error": receipt.error or UNKNOWN_OUTCOME,
+        }
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class TurnInfo:
+    """Who and what this turn is: thread, turn and trace ids, the user's text and selection."""
+
     thread_id: str
     turn_id: str
     trace_id: str
@@ -73,6 +95,14 @@ class StepEvents:
 
 
 class CapabilityContext:
+    """Everything one step may use: the host's ports, the facts visible at step start, the
+    turn identity, its own ids, deadline and event branch, and ``run_effect`` for writes.
+
+    Built by the kernel for each step; a capability never constructs one. It is deliberately
+    narrow so a capability can only reach the outside world through the host's ports and the
+    durable effect ledger.
+    """
+
     __slots__ = (
         "_confirmation",
         "_effect",
@@ -97,7 +127,7 @@ class CapabilityContext:
         *,
         scope: TurnScope,
         capability_id: str,
-        effect: str,
+        effect: Effect,
         step_id: str,
         execution_id: str,
         turn: TurnInfo,
@@ -106,7 +136,7 @@ class CapabilityContext:
         host_context: Mapping[str, Any],
         events: StepEvents,
         deadline: float,
-        confirmation: str = "none",
+        confirmation: Confirmation = ConfirmationMode.NONE,
         approval: Approval | None = None,
         answer: ConfirmationAnswer | None = None,
     ) -> None:
@@ -138,9 +168,10 @@ class CapabilityContext:
     @property
     def interrupted(self) -> tuple[str, ...]:
         """Ledger keys whose last ``run_effect`` in this step stopped without an outcome: it
-        was cancelled (a step timeout, or the capability's own timeout around it) or failed
-        part-way. Only the ledger knows how far such a write got; the kernel reads it when the
-        step ends, whatever the capability answered."""
+        was cancelled (a step timeout, or the capability's own timeout around it), failed
+        part-way, or ended uncertain without the ledger's receipt attached. Only the ledger
+        knows how far such a write got; the kernel reads it when the step ends, whatever the
+        capability answered."""
         return tuple(self._interrupted)
 
     def remaining(self) -> float:
@@ -160,7 +191,7 @@ class CapabilityContext:
         """Run an external write at most once per business key (spec, "Durable external
         effects"). The kernel prefixes ``key`` with the capability id; only ``effect="write"``
         capabilities may call it."""
-        if self._effect != "write":
+        if self._effect != EffectKind.WRITE:
             raise UsageError(
                 "only write capabilities may run effects",
                 code=ErrorCode.EFFECT_NOT_ALLOWED,
@@ -173,7 +204,9 @@ class CapabilityContext:
                 context={"capability_id": self.capability_id},
             )
         if self.approval is None and (
-            self._confirmation != "capability" or self.answer is None or not self.answer.accepted()
+            self._confirmation != ConfirmationMode.CAPABILITY
+            or self.answer is None
+            or not self.answer.accepted()
         ):
             # Consent first: a kernel confirmation resumes with an approval; a capability-owned
             # one must have asked (NeedsConfirmation) and be resumed with an accepting answer.
@@ -187,8 +220,13 @@ class CapabilityContext:
         try:
             execution = await self._scope.run_effect(identity, operation)
         except EffectUncertainError as exc:
-            self._settled(ledger_key)
-            self._receipts.append(self._uncertain(identity, exc))
+            if exc.receipt is None:
+                # No receipt in hand (an adapter that does not attach it): the kernel reads
+                # the ledger for this key when the step ends, as for an interrupted call.
+                self._interrupt(ledger_key)
+            else:
+                self._settled(ledger_key)
+                self._receipts.append(uncertain_copy(exc.receipt))
             raise
         except EffectNotAppliedError:
             self._settled(ledger_key)  # the host proved nothing happened: a known outcome
@@ -198,12 +236,16 @@ class CapabilityContext:
         except BaseException:
             # Cancelled or failed part-way: remember the key, re-raise unchanged (a
             # cancellation is never swallowed). The kernel asks the ledger when the step ends.
-            if ledger_key not in self._interrupted:
-                self._interrupted.append(ledger_key)
+            self._interrupt(ledger_key)
             raise
         self._settled(ledger_key)
         self._receipts.append(execution.receipt)
         return execution
+
+    def _interrupt(self, ledger_key: str) -> None:
+        """The call for the key ended without an outcome in hand: ask the ledger later."""
+        if ledger_key not in self._interrupted:
+            self._interrupted.append(ledger_key)
 
     def _settled(self, ledger_key: str) -> None:
         """A later call for the key ended with an outcome: it is no longer interrupted."""
@@ -213,21 +255,3 @@ class CapabilityContext:
     def provider_key(self, authority: EffectAuthority, *, tenant: str) -> str:
         """``provider_idempotency_key`` namespaced by ``tenant`` and this thread."""
         return provider_idempotency_key(authority, tenant=tenant, thread=self.turn.thread_id)
-
-    def _uncertain(self, identity: EffectIdentity, exc: EffectUncertainError) -> EffectReceipt:
-        """The checkpoint's copy of a receipt the ledger holds as uncertain (the ledger rules)."""
-        now = datetime.now(UTC)
-        reason = exc.context.get("reason")
-        return EffectReceipt(
-            id=str(exc.context.get("receipt_id") or "unknown"),
-            thread_id=self.turn.thread_id,
-            idempotency_key=identity.idempotency_key,
-            capability_id=self.capability_id,
-            turn_id=self.turn.turn_id,
-            step_id=self.step_id,
-            status=ReceiptStatus.UNCERTAIN,
-            error=reason if isinstance(reason, str) else "the outcome is not known",
-            attempts=1,
-            created_at=now,
-            updated_at=now,
-        )

@@ -20,6 +20,7 @@ from ..contracts.events import EventCategory, KernelEvent
 __all__ = ["EventRecorder", "Redactor", "build_event"]
 
 Redactor = Callable[[KernelEvent], KernelEvent]
+"""The host's redactor: returns the event with its ``data`` cleaned (the envelope is kept)."""
 
 _FIELDS = frozenset(KernelEvent.model_fields)
 

@@ -35,7 +35,7 @@ def _catalog(agent: AgentDefinition) -> list[JsonValue]:
             "id": c.id,
             "version": c.version,
             "description": c.description,
-            "effect": c.effect,
+            "effect": str(c.effect),
             "input_schema": c.input_schema.model_json_schema(),
             "output_schema": c.output_schema.model_json_schema(),
             "requires": list(c.requires),
@@ -47,6 +47,13 @@ def _catalog(agent: AgentDefinition) -> list[JsonValue]:
 
 
 class Kernel:
+    """The host's wiring: one durability adapter, one model gateway, the ports capabilities
+    may use, limits, an event redactor and in-process event sinks.
+
+    Construction checks the wiring at once (``ConfigurationError`` lists every problem);
+    ``compile(agent)`` then binds an agent definition to it. One kernel serves many agents.
+    """
+
     def __init__(
         self,
         *,

@@ -11,6 +11,8 @@ __all__ = ["KernelLimits"]
 
 @dataclass(frozen=True, slots=True)
 class KernelLimits:
+    """The bounds that keep each turn's cost independent of the thread's length."""
+
     max_text_length: int = 16_000
     """Characters of user text accepted by ``run``."""
     max_selection_bytes: int = 16_384

@@ -47,4 +47,5 @@ def build_manifest(agent: AgentDefinition) -> dict[str, Any]:
 
 
 def manifest_fingerprint(manifest: dict[str, Any]) -> str:
+    """``ik1-`` + the SHA-256 of the manifest's canonical JSON (same in every process)."""
     return "ik1-" + fingerprint(manifest)

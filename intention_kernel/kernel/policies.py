@@ -11,15 +11,18 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..contracts.checkpoint import FactRecord
+from .states import Effect
 
 __all__ = ["Policy", "PolicyDecision", "PolicyRequest", "allow", "deny", "require_confirmation"]
 
 
 @dataclass(frozen=True, slots=True)
 class PolicyRequest:
+    """What a policy may judge: the planned step, the visible facts and the host context."""
+
     capability_id: str
     capability_version: str
-    effect: str
+    effect: Effect
     input: Mapping[str, Any]
     facts: Mapping[str, FactRecord]
     host_context: Mapping[str, Any]
@@ -27,11 +30,15 @@ class PolicyRequest:
 
 @dataclass(frozen=True, slots=True)
 class PolicyDecision:
+    """A policy's verdict; build it with ``allow()``, ``deny(reason)`` or
+    ``require_confirmation(reason)``."""
+
     outcome: Literal["allow", "deny", "require_confirmation"]
     reason: str = ""
 
 
 def allow() -> PolicyDecision:
+    """Let the step run (the next policy may still object)."""
     return PolicyDecision("allow")
 
 
@@ -41,7 +48,9 @@ def deny(reason: str) -> PolicyDecision:
 
 
 def require_confirmation(reason: str = "") -> PolicyDecision:
+    """Hold the step until the user confirms it in a later turn (``reason`` is shown)."""
     return PolicyDecision("require_confirmation", reason)
 
 
 Policy = Callable[[PolicyRequest], PolicyDecision]
+"""A pure function from a planned step to a decision; the first non-``allow`` one wins."""

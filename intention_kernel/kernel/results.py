@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, JsonValue
 
+from .states import StepStatus
+
 __all__ = [
     "CapabilityResult",
     "Completed",
@@ -46,7 +48,7 @@ class Completed:
     text: str | None = None
     source: str | None = None
     artifacts: dict[str, JsonValue] = field(default_factory=dict)
-    status: Literal["completed"] = "completed"
+    status: Literal[StepStatus.COMPLETED] = StepStatus.COMPLETED
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +57,7 @@ class NeedsInput:
 
     prompt: str
     fields: tuple[str, ...] = ()
-    status: Literal["needs_input"] = "needs_input"
+    status: Literal[StepStatus.NEEDS_INPUT] = StepStatus.NEEDS_INPUT
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +66,7 @@ class NeedsDependency:
 
     fact: str
     reason: str = ""
-    status: Literal["needs_dependency"] = "needs_dependency"
+    status: Literal[StepStatus.NEEDS_DEPENDENCY] = StepStatus.NEEDS_DEPENDENCY
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +83,7 @@ class NeedsConfirmation:
     options: tuple[str, ...] = ("yes", "no")
     data: dict[str, JsonValue] = field(default_factory=dict)
     accept: tuple[str, ...] = ("yes",)
-    status: Literal["needs_confirmation"] = "needs_confirmation"
+    status: Literal[StepStatus.NEEDS_CONFIRMATION] = StepStatus.NEEDS_CONFIRMATION
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +92,8 @@ class Failed:
 
     reason: str
     retryable: bool = False
-    status: Literal["failed"] = "failed"
+    status: Literal[StepStatus.FAILED] = StepStatus.FAILED
 
 
 CapabilityResult = Completed | NeedsInput | NeedsDependency | NeedsConfirmation | Failed
+"""Everything ``execute`` may return; anything else fails the step."""

@@ -9,9 +9,9 @@ only after the turn ends, redacted.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -21,7 +21,7 @@ from ..contracts.durability import Durability, TurnScope
 from ..contracts.errors import TurnTimeoutError
 from ..contracts.events import EventCategory, KernelEvent
 from ..contracts.ids import new_id, validate_thread_id, validate_turn_id
-from ..contracts.sinks import EventSink
+from ..contracts.sinks import EventSink, OutcomeKind
 from ..contracts.turns import DurableTurnResult
 from .compat import Compatibility, admit_checkpoint
 from .context import TurnInfo
@@ -31,6 +31,8 @@ from .response import Response, TurnResult
 from .validation import validate_host_context, validate_selection, validate_text, validate_timeout
 
 __all__ = ["CompiledAgent", "request_fingerprint"]
+
+logger = logging.getLogger("intention_kernel.events")
 
 
 def request_fingerprint(text: str, selection: Mapping[str, JsonValue] | None) -> str:
@@ -162,10 +164,34 @@ class CompiledAgent:
         )
 
     async def _publish(self, events: list[KernelEvent]) -> None:
-        # One event per call keeps the sink contract (at most one event of a thread per publish,
-        # so a sink may send a call's events concurrently). The turn is committed: a failing
-        # live sink must not turn it into an error.
+        """Hand the turn's released events to the in-process sinks, best effort.
+
+        One event per call keeps the sink contract (at most one event of a thread per publish,
+        so a sink may send a call's events concurrently). The turn is committed: a failing live
+        sink must not turn it into an error, but it is logged (sink and event type only, never
+        the payload). A sink that raises gets none of the turn's later events; the outbox
+        still holds them all for the relay.
+        """
         for sink in self._sinks:
-            with contextlib.suppress(Exception):
-                for event in events:
-                    await sink.publish([event])
+            name = type(sink).__qualname__
+            for index, event in enumerate(events):
+                try:
+                    outcomes = await sink.publish([event])
+                    refused = [o for o in outcomes or () if o.kind is not OutcomeKind.OK]
+                except Exception as exc:
+                    logger.warning(
+                        "event sink %s raised %s on %s; %d later event(s) of this turn skipped",
+                        name,
+                        type(exc).__name__,
+                        event.type,
+                        len(events) - index - 1,
+                    )
+                    break
+                for outcome in refused:
+                    logger.warning(
+                        "event sink %s did not accept %s: %s (%s)",
+                        name,
+                        event.type,
+                        outcome.kind,
+                        outcome.code,
+                    )

@@ -19,6 +19,9 @@ __all__ = ["EventCollector"]
 
 
 class EventCollector:
+    """An in-memory ``EventSink`` that records what it acknowledged and can be told to fail
+    (``script``, ``down``, ``hold``), for relay and kernel tests."""
+
     def __init__(self, *, delay: float = 0.0) -> None:
         self.delay = delay
         self.events: list[KernelEvent] = []

@@ -23,6 +23,12 @@ ScriptEntry = JsonValue | Callable[[ModelRequest], Any]
 
 
 class ScriptedModelGateway:
+    """A ``ModelGateway`` answering from a script per task and recording every request.
+
+    A task without a script entry raises ``ModelGatewayError``, as a failing provider would;
+    an entry that returns an exception raises it.
+    """
+
     def __init__(self, script: Mapping[str, ScriptEntry | Sequence[ScriptEntry]] | None = None):
         self._script: dict[str, Any] = dict(script or {})
         self._cursor: dict[str, int] = {}

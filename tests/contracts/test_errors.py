@@ -1,14 +1,18 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 
 import intention_kernel
 from intention_kernel.contracts import (
     DurabilityError,
     EffectNotAppliedError,
+    EffectReceipt,
+    EffectUncertainError,
     ErrorCode,
     KernelError,
     LeaseLostError,
+    ReceiptStatus,
 )
 from intention_kernel.contracts import errors as errors_module
 
@@ -57,3 +61,24 @@ def test_public_all_is_unique_and_complete() -> None:
     assert len(names) == len(set(names))
     for name in names:
         assert hasattr(intention_kernel, name)
+
+
+def test_an_uncertain_error_carries_the_ledgers_receipt_but_never_shows_it() -> None:
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    receipt = EffectReceipt(
+        id="rcpt-1",
+        thread_id="t1",
+        idempotency_key="payments.charge:k",
+        capability_id="payments.charge",
+        turn_id="turn-1",
+        status=ReceiptStatus.UNCERTAIN,
+        value={"card": "4111-1111-1111-1111"},
+        attempts=1,
+        created_at=now,
+        updated_at=now,
+    )
+    assert EffectUncertainError().receipt is None
+    error = EffectUncertainError(context={"receipt_id": "rcpt-1"}, receipt=receipt)
+    assert error.receipt is receipt
+    assert error.code == ErrorCode.EFFECT_UNCERTAIN and error.context == {"receipt_id": "rcpt-1"}
+    assert "4111" not in json.dumps(error.to_json())  # the receipt is data, not a message

@@ -12,7 +12,16 @@ import pytest
 from pydantic import BaseModel
 
 from intention_kernel.contracts import AgentCompilationError, ErrorCode
-from intention_kernel.kernel import Completed, Kernel, define_agent, define_capability
+from intention_kernel.contracts.codec import canonical_json
+from intention_kernel.kernel import (
+    Completed,
+    ConfirmationMode,
+    EffectKind,
+    Kernel,
+    build_manifest,
+    define_agent,
+    define_capability,
+)
 from intention_kernel.testing import MemoryDurability, ScriptedModelGateway
 
 from .support import FaqAnswer, FaqQuery, support_agent
@@ -120,6 +129,20 @@ def test_fingerprint_ignores_wording_but_not_contracts() -> None:
     )
     order = list(reversed(support_agent().capabilities))
     assert kernel.compile(support_agent(capabilities=order)).fingerprint == base
+
+
+def test_effect_and_confirmation_spelled_either_way_give_one_fingerprint() -> None:
+    as_text = _cap(id="pay.charge", effect="write", confirmation="required")
+    as_members = _cap(
+        id="pay.charge", effect=EffectKind.WRITE, confirmation=ConfirmationMode.REQUIRED
+    )
+    assert as_text.effect is EffectKind.WRITE
+    assert as_text.confirmation is ConfirmationMode.REQUIRED
+    kernel = _kernel()
+    fingerprints = {kernel.compile(support_agent([c])).fingerprint for c in (as_text, as_members)}
+    assert len(fingerprints) == 1
+    manifest = canonical_json(build_manifest(support_agent([as_members])))
+    assert '"confirmation":"required","effect":"write","id":"pay.charge"' in manifest
 
 
 _PROGRAM = textwrap.dedent(

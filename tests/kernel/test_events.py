@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -92,6 +94,54 @@ async def test_a_failing_sink_does_not_fail_a_committed_turn(durability: Durabil
     result = await world.run("turn-1", "hi")
     assert result.checkpoint.revision == 1
     assert world.collector.events
+
+
+async def test_a_failing_sink_is_logged_without_the_payload(
+    durability: DurabilityStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    class Broken:
+        async def publish(self, events: object) -> list[PublishOutcome]:
+            raise RuntimeError(f"sink down while sending {SECRET}")
+
+        async def close(self) -> None:
+            return None
+
+    world = make_world(durability)
+    world.agent._sinks = (Broken(), world.collector)
+    world.say(f"card {SECRET}", [])
+    with caplog.at_level(logging.WARNING, logger="intention_kernel.events"):
+        result = await world.run("turn-1", f"card {SECRET}")
+    assert result.checkpoint.revision == 1
+    [record] = [r for r in caplog.records if r.name == "intention_kernel.events"]
+    assert record.levelno == logging.WARNING
+    message = record.getMessage()
+    assert "Broken" in message and "RuntimeError" in message and "turn.started" in message
+    assert SECRET not in message and SECRET not in caplog.text
+    assert world.collector.events, "the other sinks still get every event"
+
+
+async def test_events_a_sink_does_not_accept_are_logged(
+    durability: DurabilityStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    class Refusing:
+        async def publish(self, events: Sequence[KernelEvent]) -> list[PublishOutcome]:
+            return [PublishOutcome.reject(f"too large: {SECRET}") for _ in events]
+
+        async def close(self) -> None:
+            return None
+
+    world = make_world(durability)
+    world.agent._sinks = (Refusing(),)
+    world.say(f"card {SECRET}", [])
+    with caplog.at_level(logging.WARNING, logger="intention_kernel.events"):
+        await world.run("turn-1", f"card {SECRET}")
+    records = [r for r in caplog.records if r.name == "intention_kernel.events"]
+    assert records and all(r.levelno == logging.WARNING for r in records)
+    messages = [r.getMessage() for r in records]
+    assert all("Refusing" in m and "reject" in m for m in messages)
+    for event_type in ("turn.started", "response.composed", "turn.committed"):
+        assert any(event_type in m for m in messages), event_type
+    assert SECRET not in caplog.text
 
 
 async def test_a_broken_redactor_fails_the_turn_before_anything_is_written(

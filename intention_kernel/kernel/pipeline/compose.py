@@ -17,19 +17,20 @@ from pydantic import JsonValue, ValidationError
 from ...contracts.checkpoint import Interaction
 from ...contracts.events import EventCategory
 from ..response import Response, StepSummary
+from ..states import StepStatus
 from ._model import ask
 from .state import Composition, StepOutcome, TurnState
 
 __all__ = ["compose", "fallback_text"]
 
 _STATUS_TEXT = {
-    "failed": "I could not complete that: {reason}",
-    "skipped": "I could not complete that because an earlier step did not finish.",
-    "needs_dependency": "I need more information before I can do that.",
-    "uncertain": "{description}: {reason}.",
-    "applied": "{description}: {reason}.",
+    StepStatus.FAILED: "I could not complete that: {reason}",
+    StepStatus.SKIPPED: "I could not complete that because an earlier step did not finish.",
+    StepStatus.NEEDS_DEPENDENCY: "I need more information before I can do that.",
+    StepStatus.UNCERTAIN: "{description}: {reason}.",
+    StepStatus.APPLIED: "{description}: {reason}.",
 }
-_KERNEL_WORDED = ("uncertain", "applied")
+_KERNEL_WORDED = (StepStatus.UNCERTAIN, StepStatus.APPLIED)
 """Step statuses only the kernel words: a write in doubt, or done although its step was not."""
 
 
@@ -48,7 +49,7 @@ def _summaries(state: TurnState) -> list[StepSummary]:
         StepSummary(
             step_id=h.step.step_id,
             capability_id=h.step.capability.id,
-            status=h.status,
+            status=StepStatus(h.status),
             reason=h.reason,
         )
         for h in state.plan.held
@@ -60,7 +61,7 @@ def _outcome_json(outcome: StepOutcome) -> JsonValue:
     return {
         "step_id": outcome.step.step_id,
         "capability_id": outcome.step.capability.id,
-        "status": outcome.status,
+        "status": str(outcome.status),
         "output": outcome.output,
         "text": outcome.text,
         "reason": outcome.reason,
@@ -74,7 +75,7 @@ def fallback_text(state: TurnState) -> str:
     assert state.plan is not None
     parts: list[str] = []
     for outcome in state.outcomes:
-        if outcome.status == "completed":
+        if outcome.status == StepStatus.COMPLETED:
             parts.append(outcome.text or f"Done: {outcome.step.capability.description}")
         elif outcome.prompt:
             parts.append(outcome.prompt)

@@ -29,9 +29,10 @@ from ...contracts.errors import EffectNotAppliedError, EffectUncertainError, Ker
 from ...contracts.events import EventCategory
 from ...contracts.ids import new_id
 from ...contracts.receipts import EffectReceipt, ReceiptStatus
-from ..context import CapabilityContext, StepEvents
+from ..context import CapabilityContext, StepEvents, uncertain_copy
 from ..facts import FactRef, apply_fact, parse_fact_ref
 from ..results import Completed, Failed, NeedsConfirmation, NeedsDependency, NeedsInput
+from ..states import EffectKind, StepStatus
 from .state import PlannedStep, StepOutcome, TurnState
 
 __all__ = ["APPLIED", "NOT_APPLIED", "TOO_LONG", "UNCERTAIN", "execute"]
@@ -63,7 +64,21 @@ def _stored_form(value: JsonValue) -> JsonValue:
 
 
 def _failed(step: PlannedStep, reason: str, **extra: Any) -> StepOutcome:
-    return StepOutcome(step=step, status="failed", reason=reason, **extra)
+    return StepOutcome(step=step, status=StepStatus.FAILED, reason=reason, **extra)
+
+
+def _uncertain(step: PlannedStep, receipts: list[EffectReceipt]) -> StepOutcome:
+    return StepOutcome(step=step, status=StepStatus.UNCERTAIN, reason=UNCERTAIN, receipts=receipts)
+
+
+def _with_receipt(receipts: list[EffectReceipt], exc: EffectUncertainError) -> list[EffectReceipt]:
+    """The step's receipts plus the ledger's receipt the error carries, when the step's own
+    ``run_effect`` did not record it (the error came from elsewhere in the capability)."""
+    if exc.receipt is None or any(
+        r.idempotency_key == exc.receipt.idempotency_key for r in receipts
+    ):
+        return receipts
+    return [*receipts, uncertain_copy(exc.receipt)]
 
 
 def _completed(
@@ -86,7 +101,7 @@ def _completed(
     except (ValidationError, KernelError, ValueError, TypeError, RecursionError):
         return _failed(step, "the capability's output did not match its declared schema")
     receipts = context.receipts
-    if cap.effect == "write" and not receipts:
+    if cap.effect == EffectKind.WRITE and not receipts:
         return _failed(step, "a write completed without going through run_effect")
     evidence = Evidence(
         id=new_id("ev"),
@@ -98,7 +113,7 @@ def _completed(
     )
     return StepOutcome(
         step=step,
-        status="completed",
+        status=StepStatus.COMPLETED,
         output=output_json,
         facts=facts,
         evidence=evidence,
@@ -115,7 +130,7 @@ def _outcome(
     if isinstance(result, NeedsInput):
         return StepOutcome(
             step=step,
-            status="needs_input",
+            status=StepStatus.NEEDS_INPUT,
             prompt=result.prompt,
             missing=result.fields,
             receipts=context.receipts,
@@ -123,7 +138,7 @@ def _outcome(
     if isinstance(result, NeedsDependency):
         return StepOutcome(
             step=step,
-            status="needs_dependency",
+            status=StepStatus.NEEDS_DEPENDENCY,
             missing=(result.fact,),
             reason=result.reason or None,
             receipts=context.receipts,
@@ -140,7 +155,7 @@ def _outcome(
             return _failed(step, "the capability's confirmation names no valid accepting option")
         return StepOutcome(
             step=step,
-            status="needs_confirmation",
+            status=StepStatus.NEEDS_CONFIRMATION,
             prompt=result.prompt,
             options=options,
             accept=accept,
@@ -180,10 +195,12 @@ async def _run_step(
     try:
         for dep in step.after:
             await finished[dep].wait()
-        blocked = [d for d in step.after if done[d].status != "completed"]
+        blocked = [d for d in step.after if done[d].status != StepStatus.COMPLETED]
         if blocked:
             outcome = StepOutcome(
-                step=step, status="skipped", reason="a step it depends on did not complete"
+                step=step,
+                status=StepStatus.SKIPPED,
+                reason="a step it depends on did not complete",
             )
             outcome.event = state.recorder.emit(
                 "step.skipped",
@@ -236,23 +253,19 @@ async def _call(state: TurnState, step: PlannedStep, done: dict[str, StepOutcome
     except TimeoutError:
         timed_out = True
         outcome = _failed(step, TOO_LONG, receipts=context.receipts)
-    except EffectUncertainError:
+    except EffectUncertainError as exc:
         # The receipt is durable in the ledger: the turn commits an honest "being verified".
-        outcome = StepOutcome(
-            step=step, status="uncertain", reason=UNCERTAIN, receipts=context.receipts
-        )
+        outcome = _uncertain(step, _with_receipt(context.receipts, exc))
     except EffectNotAppliedError:
         outcome = _failed(step, NOT_APPLIED, receipts=context.receipts)
     else:
         outcome = _outcome(state, step, result, context)
         if any(r.status is ReceiptStatus.UNCERTAIN for r in context.receipts):
             # The capability caught the uncertainty itself: its answer cannot be trusted.
-            outcome = StepOutcome(
-                step=step, status="uncertain", reason=UNCERTAIN, receipts=context.receipts
-            )
+            outcome = _uncertain(step, context.receipts)
     outcome = await _as_the_ledger_knows(state, context, outcome, timed_out)
     outcome.derived_from = used
-    data: dict[str, JsonValue] = {"capability_id": cap.id, "status": outcome.status}
+    data: dict[str, JsonValue] = {"capability_id": cap.id, "status": str(outcome.status)}
     if outcome.evidence is not None:
         data["evidence_id"] = outcome.evidence.id
     if outcome.reason:
@@ -317,11 +330,11 @@ async def _as_the_ledger_knows(
     receipts = list(merged.values())
     step = outcome.step
     if any(r.status is ReceiptStatus.UNCERTAIN for r in receipts):
-        return StepOutcome(step=step, status="uncertain", reason=UNCERTAIN, receipts=receipts)
+        return _uncertain(step, receipts)
     if any(r.status is ReceiptStatus.COMPLETED for r in copies.values()) or (
         timed_out and any(r.status is ReceiptStatus.COMPLETED for r in receipts)
     ):
-        return StepOutcome(step=step, status="applied", reason=APPLIED, receipts=receipts)
+        return StepOutcome(step=step, status=StepStatus.APPLIED, reason=APPLIED, receipts=receipts)
     return outcome
 
 

@@ -21,6 +21,7 @@ from ...contracts.checkpoint import FactRecord
 from ...contracts.events import EventCategory
 from ..capability import Capability
 from ..policies import PolicyRequest
+from ..states import ConfirmationMode, EffectKind, HoldReason
 from ._model import ask
 from .interpret import parse_interpretation, validation_problems
 from .state import AgentRuntime, HeldStep, Interpretation, Plan, PlannedStep, TurnState
@@ -69,7 +70,9 @@ def check_intentions(
     return checked
 
 
-def _hold(step: PlannedStep, status: str, reason: str, missing: Sequence[str] = ()) -> HeldStep:
+def _hold(
+    step: PlannedStep, status: HoldReason, reason: str, missing: Sequence[str] = ()
+) -> HeldStep:
     return HeldStep(step, status, reason, tuple(missing))
 
 
@@ -99,11 +102,11 @@ def build_plan(
                 break
         if decision is not None and decision.outcome == "deny":
             plan.clarifications.append(decision.reason or "That is not allowed here.")
-        elif cap.confirmation == "required" or (
+        elif cap.confirmation == ConfirmationMode.REQUIRED or (
             decision is not None and decision.outcome == "require_confirmation"
         ):
             reason = (decision.reason if decision else "") or "needs your confirmation"
-            plan.held.append(_hold(step, "awaiting_confirmation", reason))
+            plan.held.append(_hold(step, HoldReason.AWAITING_CONFIRMATION, reason))
         else:
             candidates.append(step)
     available = {f"{f.type}@{f.version}" for f in facts.values()}
@@ -121,7 +124,7 @@ def build_plan(
                 after.extend(same_turn)
             elif ref not in available:
                 missing.setdefault(step.step_id, []).append(ref)
-        if step.capability.effect == "write":
+        if step.capability.effect == EffectKind.WRITE:
             if last_write is not None:
                 after.append(last_write)
             last_write = step.step_id
@@ -141,7 +144,7 @@ def _order(
         if step.step_id in missing:
             refs = missing[step.step_id]
             held[step.step_id] = _hold(
-                step, "waiting_for_fact", f"needs {', '.join(refs)} first", refs
+                step, HoldReason.WAITING_FOR_FACT, f"needs {', '.join(refs)} first", refs
             )
     changed = True
     while changed:
@@ -150,7 +153,7 @@ def _order(
             if step.step_id not in held and any(a in held for a in step.after):
                 refs = [r for a in step.after if a in held for r in held[a].missing]
                 held[step.step_id] = _hold(
-                    step, "waiting_for_fact", "waits for a step that cannot run yet", refs
+                    step, HoldReason.WAITING_FOR_FACT, "waits for a step that cannot run yet", refs
                 )
                 changed = True
     ordered: list[PlannedStep] = []
@@ -160,7 +163,9 @@ def _order(
         ready = [s for s in pending if all(a in placed for a in s.after)]
         if not ready:
             for step in pending:
-                held[step.step_id] = _hold(step, "waiting_for_fact", "circular fact dependency")
+                held[step.step_id] = _hold(
+                    step, HoldReason.WAITING_FOR_FACT, "circular fact dependency"
+                )
             break
         for step in ready:
             ordered.append(step)
@@ -213,7 +218,7 @@ async def plan(state: TurnState, malformed: list[JsonValue]) -> None:
                 {
                     "step_id": h.step.step_id,
                     "capability_id": h.step.capability.id,
-                    "status": h.status,
+                    "status": str(h.status),
                 }
                 for h in result.held
             ],

@@ -34,7 +34,7 @@ def project(state: TurnState) -> None:
         for f in checkpoint.facts
     ]
     agenda: list[JsonValue] = [
-        {"id": a.id, "capability": a.capability_id, "status": a.status, "reason": a.reason}
+        {"id": a.id, "capability": a.capability_id, "status": str(a.status), "reason": a.reason}
         for a in checkpoint.agenda
     ]
     interaction = checkpoint.interaction

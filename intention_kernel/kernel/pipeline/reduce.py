@@ -14,13 +14,21 @@ from collections.abc import Collection, Iterable, Mapping
 
 from pydantic import JsonValue
 
-from ...contracts.checkpoint import AgendaItem, Evidence, FactRecord, Interaction, KernelCheckpoint
+from ...contracts.checkpoint import (
+    AgendaItem,
+    AgendaStatus,
+    Evidence,
+    FactRecord,
+    Interaction,
+    KernelCheckpoint,
+)
 from ...contracts.codec import fingerprint
 from ...contracts.events import EventCategory
 from ...contracts.receipts import EffectReceipt, ReceiptStatus
 from ..approval import consent_data
 from ..capability import Capability
 from ..facts import apply_fact, invalidate, parse_fact_ref
+from ..states import HoldReason, StepStatus
 from .state import HeldStep, PlannedStep, Reduction, StepOutcome, TurnState
 
 __all__ = [
@@ -32,7 +40,21 @@ __all__ = [
     "reduce_outcomes",
 ]
 
-_ASKS = {"needs_input": "input", "needs_confirmation": "confirmation"}
+_ASKS = {StepStatus.NEEDS_INPUT: "input", StepStatus.NEEDS_CONFIRMATION: "confirmation"}
+"""Step outcomes that ask the user something, and the kind of interaction they open."""
+_REASKS = {AgendaStatus.NEEDS_INPUT: "input", AgendaStatus.NEEDS_CONFIRMATION: "confirmation"}
+"""Pending agenda items that asked the user something, and the kind of interaction."""
+_PENDING = {
+    StepStatus.NEEDS_INPUT: AgendaStatus.NEEDS_INPUT,
+    StepStatus.NEEDS_CONFIRMATION: AgendaStatus.NEEDS_CONFIRMATION,
+    StepStatus.NEEDS_DEPENDENCY: AgendaStatus.WAITING_FOR_FACT,
+}
+"""Step outcomes that leave an agenda item, and the status the item is stored with."""
+_HELD = {
+    HoldReason.AWAITING_CONFIRMATION: AgendaStatus.AWAITING_CONFIRMATION,
+    HoldReason.WAITING_FOR_FACT: AgendaStatus.WAITING_FOR_FACT,
+}
+"""Held steps become agenda items with the same (stored) status."""
 
 
 def bound_receipts(
@@ -62,7 +84,11 @@ def bound_agenda(
 
 
 def _agenda_item(
-    step: PlannedStep, status: str, reason: str | None, turn_id: str, data: dict[str, JsonValue]
+    step: PlannedStep,
+    status: AgendaStatus,
+    reason: str | None,
+    turn_id: str,
+    data: dict[str, JsonValue],
 ) -> AgendaItem:
     return AgendaItem(
         id=f"{turn_id}:{step.step_id}"[:256],
@@ -104,13 +130,13 @@ def confirm_prompt(description: str, input_json: JsonValue) -> str:
 
 def _reopen(item: AgendaItem, description: str) -> tuple[str, str, tuple[str, ...]] | None:
     """The question a still-pending agenda item asks, to make it the active interaction."""
-    if item.status == "awaiting_confirmation":
+    if item.status == AgendaStatus.AWAITING_CONFIRMATION:
         return "confirmation", confirm_prompt(description, item.input), ("yes", "no")
     prompt = item.data.get("prompt")
-    if item.status in _ASKS and isinstance(prompt, str) and prompt:
+    if item.status in _REASKS and isinstance(prompt, str) and prompt:
         options = item.data.get("options")
         listed = tuple(str(o) for o in options) if isinstance(options, list) else ()
-        return _ASKS[item.status], prompt, listed
+        return _REASKS[item.status], prompt, listed
     return None
 
 
@@ -137,7 +163,7 @@ def reduce_outcomes(
     for outcome in outcomes:
         new_receipts.extend(outcome.receipts)
         cap = outcome.step.capability
-        if outcome.status == "completed" and outcome.evidence is not None:
+        if outcome.status == StepStatus.COMPLETED and outcome.evidence is not None:
             evidence.append(outcome.evidence)
             refs = [r for r in (parse_fact_ref(x) for x in cap.invalidates) if r is not None]
             invalidate(facts, refs)
@@ -145,42 +171,37 @@ def reduce_outcomes(
                 apply_fact(facts, ref, key, value, outcome.evidence, outcome.derived_from, turn_id)
     # Consent is bound to the facts as the user sees them at the end of the proposing turn.
     for outcome in outcomes:
-        if outcome.status in ("needs_input", "needs_confirmation", "needs_dependency"):
+        status = _PENDING.get(outcome.status)
+        if status is not None:
             cap = outcome.step.capability
             data: dict[str, JsonValue] = {"missing": list(outcome.missing), **outcome.data}
-            if outcome.status == "needs_dependency":
+            if status == AgendaStatus.WAITING_FOR_FACT:
                 data["seen"] = fact_state(outcome.missing, facts)
-            if outcome.status == "needs_confirmation":
+            if status == AgendaStatus.NEEDS_CONFIRMATION:
                 data.update(
                     consent_data(cap.id, cap.version, cap.requires, outcome.step.input_json, facts)
                 )
             if outcome.status in _ASKS and outcome.prompt:
                 data["prompt"] = outcome.prompt
                 data["options"] = list(outcome.options)
-            if outcome.status == "needs_confirmation":
+            if status == AgendaStatus.NEEDS_CONFIRMATION:
                 data["accept"] = list(outcome.accept)
-            item = _agenda_item(
-                outcome.step,
-                "waiting_for_fact" if outcome.status == "needs_dependency" else outcome.status,
-                outcome.reason,
-                turn_id,
-                data,
-            )
+            item = _agenda_item(outcome.step, status, outcome.reason, turn_id, data)
             agenda.append(item)
             if outcome.status in _ASKS and outcome.prompt:
                 asks.append((item, _ASKS[outcome.status], outcome.prompt, outcome.options))
     for hold in held:
         data = {"missing": list(hold.missing)}
-        if hold.status == "waiting_for_fact":
+        if hold.status == HoldReason.WAITING_FOR_FACT:
             data["seen"] = fact_state(hold.missing, facts)
         cap = hold.step.capability
-        if hold.status == "awaiting_confirmation":
+        if hold.status == HoldReason.AWAITING_CONFIRMATION:
             data.update(
                 consent_data(cap.id, cap.version, cap.requires, hold.step.input_json, facts)
             )
-        item = _agenda_item(hold.step, hold.status, hold.reason, turn_id, data)
+        item = _agenda_item(hold.step, _HELD[hold.status], hold.reason, turn_id, data)
         agenda.append(item)
-        if hold.status == "awaiting_confirmation":
+        if hold.status == HoldReason.AWAITING_CONFIRMATION:
             prompt = confirm_prompt(cap.description, hold.step.input_json)
             asks.append((item, "confirmation", prompt, ("yes", "no")))
     if interaction is None and not asks:

@@ -27,10 +27,11 @@ from datetime import UTC, datetime
 
 from pydantic import JsonValue, ValidationError
 
-from ...contracts.checkpoint import AgendaItem, Interaction
+from ...contracts.checkpoint import AgendaItem, AgendaStatus, Interaction
 from ...contracts.errors import ErrorCode, InvalidInputError
 from ...contracts.events import EventCategory
 from ..approval import Approval, ConfirmationAnswer, consent_data
+from ..states import EffectKind, HoldReason
 from .reduce import fact_state
 from .state import HeldStep, Plan, PlannedStep, TurnState
 
@@ -44,6 +45,8 @@ CHANGED = (
 )
 STILL_PENDING = "That is already waiting for your confirmation."
 _KERNEL_KEYS = ("missing", "digest", "relied_on", "prompt", "options", "accept")
+_CONFIRMING = (AgendaStatus.AWAITING_CONFIRMATION, AgendaStatus.NEEDS_CONFIRMATION)
+"""Agenda items waiting for consent: kernel-owned, then capability-owned."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +116,7 @@ def _same(step: PlannedStep, item: AgendaItem) -> bool:
 
 def _merge_restatements(state: TurnState, plan: Plan, chosen: Chosen | None) -> None:
     agenda = [] if state.checkpoint is None else state.checkpoint.agenda
-    pending = [a for a in agenda if a.status in ("awaiting_confirmation", "needs_confirmation")]
+    pending = [a for a in agenda if a.status in _CONFIRMING]
     if not pending:
         return
     merged = {s.step_id for s in plan.steps if any(_same(s, i) for i in pending)}
@@ -150,7 +153,7 @@ def _rebuild(state: TurnState, item: AgendaItem, step_id: str) -> PlannedStep | 
 def _first(plan: Plan, step: PlannedStep) -> None:
     """Run the resumed step first; this turn's other writes wait for it (one at a time)."""
     for other in plan.steps:
-        if other.capability.effect == "write":
+        if other.capability.effect == EffectKind.WRITE:
             other.after = (*other.after, step.step_id)
     plan.steps.insert(0, step)
 
@@ -163,7 +166,7 @@ def _answer(state: TurnState, plan: Plan, chosen: Chosen) -> None:
     plan.close_interaction = True
     if item is None:
         return
-    if item.status not in ("awaiting_confirmation", "needs_confirmation"):
+    if item.status not in _CONFIRMING:
         plan.close_interaction = False  # input requests are answered by planning the step again
         return
     plan.resolved.add(item.id)
@@ -183,7 +186,7 @@ def _answer(state: TurnState, plan: Plan, chosen: Chosen) -> None:
     name = item.capability_id
     cap = state.runtime.capabilities.get(name)
     description = (cap.description if cap else name).rstrip(".")
-    kernel_owned = item.status == "awaiting_confirmation"
+    kernel_owned = item.status == AgendaStatus.AWAITING_CONFIRMATION
     accepting = (ACCEPT,) if kernel_owned else accepting_options(item)
     if chosen.option not in accepting:
         # Declines are the kernel's, whoever asked: the item is cancelled and nothing runs.
@@ -209,7 +212,7 @@ def _answer(state: TurnState, plan: Plan, chosen: Chosen) -> None:
         _audit(state, "confirmation.mismatch", {**record, "digest": digest})
         if kernel_owned:
             reason = item.reason or "needs your confirmation"
-            plan.held.append(HeldStep(step, "awaiting_confirmation", reason))
+            plan.held.append(HeldStep(step, HoldReason.AWAITING_CONFIRMATION, reason))
         else:
             _first(plan, step)  # no answer: the capability asks again itself
         return
@@ -287,7 +290,7 @@ def _resume_waiting(state: TurnState, plan: Plan) -> None:
         for ref in step.capability.provides:
             providers.setdefault(ref, []).append(step.step_id)
     for item in checkpoint.agenda:
-        if item.status != "waiting_for_fact" or item.id in plan.resolved:
+        if item.status != AgendaStatus.WAITING_FOR_FACT or item.id in plan.resolved:
             continue
         missing = item.data.get("missing")
         refs = [str(r) for r in missing] if isinstance(missing, list) else []
@@ -305,8 +308,8 @@ def _resume_waiting(state: TurnState, plan: Plan) -> None:
         step = resumed
         plan.resolved.add(item.id)
         after = [p for r in refs for p in providers.get(r, [])]
-        if step.capability.effect == "write":
-            after.extend(s.step_id for s in plan.steps if s.capability.effect == "write")
+        if step.capability.effect == EffectKind.WRITE:
+            after.extend(s.step_id for s in plan.steps if s.capability.effect == EffectKind.WRITE)
         step.after = tuple(dict.fromkeys(after))
         plan.steps.append(step)
         _audit(state, "step.resumed", {"agenda_item_id": item.id, "step_id": step.step_id})

@@ -26,6 +26,7 @@ from ..events import EventRecorder
 from ..facts import FactRef
 from ..limits import KernelLimits
 from ..response import Response
+from ..states import HoldReason, StepStatus
 
 __all__ = [
     "AgentRuntime",
@@ -113,7 +114,7 @@ class HeldStep:
     """A valid step that does not run this turn: awaiting consent or a missing fact."""
 
     step: PlannedStep
-    status: str  # "awaiting_confirmation" | "waiting_for_fact"
+    status: HoldReason
     reason: str
     missing: tuple[str, ...] = ()
 
@@ -138,8 +139,10 @@ class Plan:
 
 @dataclass(slots=True)
 class StepOutcome:
+    """How one planned step ended this turn, with what reduce and compose need of it."""
+
     step: PlannedStep
-    status: str
+    status: StepStatus
     output: JsonValue = None
     facts: list[tuple[FactRef, str | None, JsonValue]] = field(default_factory=list)
     evidence: Evidence | None = None

@@ -41,6 +41,16 @@ async def _quiet(*_: Any) -> None:
 
 
 class NatsSink:
+    """Publishes each event to a JetStream subject with ``Nats-Msg-Id`` set to the event id,
+    so a re-delivery within the stream's duplicate window is stored once.
+
+    Connects lazily on the first ``publish`` (creating the stream, or checking that it
+    captures the subject) and connects again on a later batch after an outage: the relay owns
+    the retries, not the driver. An unreachable server or lost connection is ``unavailable``,
+    a failed publish on a live connection ``retry``, an event over the max payload ``reject``.
+    Messages show the server without its credentials.
+    """
+
     def __init__(
         self,
         server: str,

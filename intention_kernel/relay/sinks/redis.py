@@ -29,6 +29,13 @@ _DB = re.compile(r"^/?(\d{1,2})?$")
 
 
 class RedisSink:
+    """Adds one stream entry per event (``XADD``), a batch in one pipelined round trip.
+
+    Redis Streams do not deduplicate: a re-delivery adds a second entry with the same ``id``
+    field, so consumers deduplicate by it. A lost connection is ``unavailable``; a command
+    error is ``retry`` for the events it hit.
+    """
+
     def __init__(self, url: str, stream: str, *, maxlen: int | None, timeout: float) -> None:
         self.stream = stream
         self.maxlen = maxlen

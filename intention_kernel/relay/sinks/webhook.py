@@ -31,6 +31,13 @@ _RETRY_STATUSES = frozenset({408, 429})
 
 
 class WebhookSink:
+    """POSTs each event's JSON envelope, signed with HMAC-SHA256 (see ``relay.signing``).
+
+    Receivers deduplicate by the event id header. 2xx is ``ok``; 408, 429 and 5xx ``retry``;
+    any other status ``reject``; no connection ``unavailable``. Redirects are not followed,
+    and at most ``concurrency`` requests of a batch are in flight.
+    """
+
     def __init__(
         self, target: str, secret: bytes, *, timeout: float = 10.0, concurrency: int = 16
     ) -> None:
