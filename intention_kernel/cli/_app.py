@@ -4,20 +4,21 @@ from __future__ import annotations
 
 import typer
 
-from . import compat, diagnose, extras, maintenance, receipts, threads
+from . import compat, diagnose, extras, maintenance, outbox, receipts, threads
 
 __all__ = ["app", "run"]
 
 app = typer.Typer(
     name="intention-kernel",
-    help="Operate an intention-kernel store: inspect, reconcile, check compatibility, migrate."
+    help="Operate an intention-kernel store: inspect, reconcile, check compatibility, migrate,"
+    " relay the outbox."
     " Exit codes: 0 ok, 1 findings, 2 usage or input error, 3 store error.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
 
-for module in (threads, diagnose, receipts, compat, maintenance, extras):
+for module in (threads, diagnose, receipts, compat, maintenance, outbox, extras):
     module.register(app)
 
 

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable, Iterator
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import asdict, is_dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from enum import IntEnum
-from pathlib import Path
 from typing import Annotated, Any, TypeVar
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import typer
 from pydantic import BaseModel
@@ -33,22 +32,27 @@ from ..contracts.errors import (
     StoreSchemaError,
 )
 from ..contracts.inspect import StoreInspector
+from ..durability.factory import StoreLocation, describe_store, open_durability, sqlite_url
 
 __all__ = [
     "CliError",
     "ExitCode",
     "JsonOpt",
+    "OlderThanOpt",
     "StoreOpt",
     "age",
     "emit",
     "open_store",
+    "parse_duration",
     "run",
-    "store_target",
+    "store_location",
     "store_url",
     "to_jsonable",
 ]
 
 T = TypeVar("T")
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
 
 
 class ExitCode(IntEnum):
@@ -73,11 +77,15 @@ StoreOpt = Annotated[
     typer.Option(
         "--store",
         envvar="IK_STORE",
-        help="SQLite path or sqlite:/// URL, or a postgresql:// DSN (env IK_STORE).",
+        help="SQLite path or sqlite:/// URL, or a postgresql:// DSN (env IK_STORE);"
+        " see docs/durability.md for every form.",
         show_default=False,
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+OlderThanOpt = Annotated[
+    str, typer.Option("--older-than", help="An age: 90s, 30m, 12h, 30d or 2w.", show_default=False)
+]
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -133,71 +141,45 @@ def age(moment: datetime | None) -> str:
 
 
 def store_url(store: str | None) -> str:
-    """A store URL from ``--store``/``IK_STORE``; plain paths become ``sqlite:///`` URLs."""
+    """A store URL from ``--store``/``IK_STORE``; a plain path names a SQLite file."""
     if not store or not store.strip():
         raise CliError("STORE_REQUIRED", "give the store with --store or IK_STORE")
     text = store.strip()
-    if "://" not in text:
-        return "sqlite:///" + str(Path(text).expanduser().absolute())
-    scheme = text.split("://", 1)[0].lower()
-    if scheme in ("postgres", "postgresql"):
-        return "postgresql://" + text.split("://", 1)[1]
-    if scheme != "sqlite":
-        raise CliError(
-            "UNSUPPORTED_STORE",
-            f"unsupported store scheme {scheme!r}: use a SQLite path, sqlite:///path or"
-            " postgresql://user@host/db",
-        )
-    return text
+    return text if "://" in text else sqlite_url(text)
 
 
-def store_target(store: str | None) -> tuple[str, dict[str, Any]]:
-    """The URL and adapter options: a PostgreSQL DSN's ``schema`` parameter picks the schema
-    (the driver would send unknown parameters to the server as settings)."""
+def store_location(store: str | None) -> tuple[str, StoreLocation]:
+    """The URL and what it names (taken apart by the durability factory, nowhere else)."""
     url = store_url(store)
-    if not url.startswith("postgresql://"):
-        return url, {}
-    parts = urlsplit(url)
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    schemas = [value for key, value in query if key == "schema"]
-    rest = urlencode([(key, value) for key, value in query if key != "schema"])
-    options: dict[str, Any] = {"min_size": 1, "max_size": 2}
-    if schemas:
-        options["schema"] = schemas[-1]
-    return urlunsplit(parts._replace(query=rest)), options
-
-
-def sqlite_path(url: str) -> Path | None:
-    if not url.startswith("sqlite:"):
-        return None
-    from ..durability.sqlite._location import parse_location
-
-    return parse_location(url)
+    try:
+        return url, describe_store(url)
+    except ConfigurationError as exc:
+        if "supported" in exc.context:  # an unknown scheme, not a bad value
+            raise CliError("UNSUPPORTED_STORE", exc.message) from None
+        raise
 
 
 @asynccontextmanager
-async def open_store(store: str | None, *, create: bool = False) -> Any:
+async def open_store(
+    store: str | None, *, create: bool = False, pool_size: int = 2
+) -> AsyncIterator[DurabilityStore]:
     """Open the store (refusing a missing SQLite file unless ``create``) and close it after.
 
     ``create`` also applies pending migrations (a PostgreSQL schema is created and upgraded).
+    A command needs few connections, so a PostgreSQL pool stays at ``pool_size``.
     """
-    url, options = store_target(store)
-    path = sqlite_path(url)
+    url, location = store_location(store)
+    path = location.path
     if path is not None and not create and not path.exists():
         raise CliError(
             "STORE_NOT_FOUND",
             f"no SQLite store at {path} (create one with: intention-kernel migrate --store {path})",
         )
-    if url.startswith("postgresql://"):
-        options["setup"] = create
-        if "schema" in options:  # checked before a pool exists, so a bad name leaks nothing
-            from ..durability.postgres._schema import check_schema_name
-
-            check_schema_name(options["schema"])
-    from ..durability.factory import open_durability
-
+    options: dict[str, Any] = {}
+    if location.backend == "postgresql":
+        options = {"setup": create, "min_size": 1, "max_size": pool_size}
     try:
-        opened: DurabilityStore = await open_durability(url, **options)
+        opened = await open_durability(url, **options)
     except StoreSchemaError as exc:
         if exc.code is ErrorCode.STORE_SCHEMA_MISSING:
             raise CliError(
@@ -210,6 +192,17 @@ async def open_store(store: str | None, *, create: bool = False) -> Any:
         yield opened
     finally:
         await opened.close()
+
+
+def parse_duration(text: str) -> timedelta:
+    """``90s``, ``30m``, ``12h``, ``30d``, ``2w`` (``1.5h`` too). A unit is required: a bare
+    number would silently mean seconds, and a retention of seconds deletes nearly everything."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", text)
+    if match is None:
+        raise CliError(
+            "INVALID_DURATION", f"{text!r} is not a duration like 90s, 30m, 12h, 30d or 2w"
+        )
+    return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
 
 
 def inspector(store: DurabilityStore) -> StoreInspector:

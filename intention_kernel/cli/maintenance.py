@@ -2,61 +2,34 @@
 
 from __future__ import annotations
 
-import re
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import typer
 
-from ..contracts.inspect import SchemaInfo
+from ..durability.factory import read_schema_info
 from ._common import (
     CliError,
     ExitCode,
     JsonOpt,
+    OlderThanOpt,
     StoreOpt,
     emit,
     inspector,
     open_store,
     out,
+    parse_duration,
     run,
-    sqlite_path,
-    store_target,
+    store_location,
 )
 
-__all__ = ["parse_duration", "register"]
-
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
+__all__ = ["register"]
 
 
 def register(app: typer.Typer) -> None:
     app.command("status")(status)
     app.command("migrate")(migrate)
     app.command("prune")(prune)
-
-
-def parse_duration(text: str) -> timedelta:
-    """``30d``, ``12h``, ``90m``, ``45s``, ``2w``."""
-    match = re.fullmatch(r"\s*(\d+)\s*([smhdw])\s*", text)
-    if match is None:
-        raise CliError("INVALID_DURATION", f"{text!r} is not a duration like 30d, 12h or 90m")
-    return timedelta(seconds=int(match.group(1)) * _UNITS[match.group(2)])
-
-
-async def _postgres_schema(url: str, schema: str | None) -> SchemaInfo:
-    """Read a PostgreSQL schema's version without verifying or migrating it."""
-    from ..durability.postgres import _inspect as pg_inspect
-    from ..durability.postgres import _schema as pg_schema
-    from ..durability.postgres._errors import translated
-
-    name = pg_schema.check_schema_name(schema or pg_schema.DEFAULT_SCHEMA)
-    with translated():
-        import asyncpg
-
-        conn = await asyncpg.connect(url)
-    try:
-        return await pg_inspect.schema_info_of(conn, name)
-    finally:
-        await conn.close()
 
 
 def status(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
@@ -89,14 +62,8 @@ def migrate(
     """Bring the store's schema up to date (creates a new SQLite file)."""
 
     async def body() -> dict[str, Any]:
-        url, options = store_target(store)
-        path = sqlite_path(url)
-        if path is not None:
-            from ..durability.sqlite._inspect import read_schema_info
-
-            before = read_schema_info(path)
-        else:
-            before = await _postgres_schema(url, options.get("schema"))
+        url, _ = store_location(store)  # refuses an unknown scheme as every command does
+        before = await read_schema_info(url)
         if before.version > before.supported:
             raise CliError(
                 "STORE_SCHEMA_TOO_NEW",
@@ -139,7 +106,7 @@ def migrate(
 
 
 def prune(
-    older_than: Annotated[str, typer.Option("--older-than", help="e.g. 30d, 12h")],
+    older_than: OlderThanOpt,
     store: StoreOpt = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would go.")] = False,
     as_json: JsonOpt = False,

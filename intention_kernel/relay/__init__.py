@@ -6,13 +6,15 @@ thread, with retries, dead letters and retention. See ``docs/relay.md``.
     sink = open_sink("nats://127.0.0.1:4222/orders.events?stream=ORDERS")
     relay = OutboxRelay(store, sink, relay_id="relay-1")
     await relay.run()  # until relay.stop()
+
+The store is any ``OutboxSource`` (``open_durability(url)`` gives one for SQLite, PostgreSQL
+and memory URLs); the command line is ``intention-kernel outbox ...``.
 """
 
 from ..contracts.outbox import OutboxNotifier, OutboxSource, OutboxStats
 from ..contracts.sinks import EventSink, OutcomeKind, PublishOutcome
 from ._backoff import Backoff
 from ._relay import BatchReport, OutboxRelay, RelayStats
-from ._sources import open_source, register_source
 from .signing import sign, verify_signature
 from .sinks import SINK_SCHEMES, open_sink
 
@@ -29,8 +31,6 @@ __all__ = [
     "PublishOutcome",
     "RelayStats",
     "open_sink",
-    "open_source",
-    "register_source",
     "sign",
     "verify_signature",
 ]

@@ -180,7 +180,7 @@ async def interrupted_turn(
     async def lost(*args: object) -> None:
         raise DurabilityError("connection lost", code=ErrorCode.STORE_UNAVAILABLE, retryable=True)
 
-    patched._finish_effect = lost
+    patched.storage_finish_effect = lost
     if hasattr(patched, "record_retry_seconds"):
         patched.record_retry_seconds = 0.05
     try:
@@ -190,7 +190,7 @@ async def interrupted_turn(
     else:  # pragma: no cover
         raise AssertionError("expected the turn to fail")
     finally:
-        del patched._finish_effect
+        del patched.storage_finish_effect
 
 
 def sql(path: Path, statement: str, args: Sequence[Any] = ()) -> list[Any]:

@@ -1,4 +1,4 @@
-"""demo, outbox delegation, the console script and the missing-extra hint."""
+"""demo, the outbox group, the console script and the missing-extra hint."""
 
 from __future__ import annotations
 
@@ -21,12 +21,12 @@ def test_demo_runs_and_leaves_a_store_to_inspect(tmp_path: Path) -> None:
     assert status["turns"] >= 1 and status["threads"] >= 1
 
 
-def test_outbox_delegates_to_the_relay_command(capsys: pytest.CaptureFixture[str]) -> None:
+def test_outbox_is_a_command_group(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["outbox", "check-sink", "--sink", "bogus://nowhere"]) == 2
-    assert "error:" in capsys.readouterr().err
+    assert "error: [INVALID_SINK_URL]" in capsys.readouterr().err
     assert main(["outbox", "--help"]) == 0
     assert "check-sink" in capsys.readouterr().out
-    assert main(["outbox"]) == 2
+    assert main(["outbox"]) in (0, 2)  # the group's help; click >= 8.2 counts it as usage
 
 
 def test_missing_extra_prints_an_install_hint(

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from intention_kernel.cli._app import run
 from intention_kernel.contracts import ConfigurationError, ErrorCode, KernelEvent
 from intention_kernel.relay import OutboxRelay, OutcomeKind, open_sink
-from intention_kernel.relay.cli import parse_age, relay_main
 from intention_kernel.relay.sinks.file import FileSink
 from intention_kernel.relay.sinks.stdout import StdoutSink
 from intention_kernel.testing import MemoryDurability
@@ -135,43 +135,41 @@ async def test_stdout_sink_writes_one_line_per_event() -> None:
 
 
 def test_cli_refuses_an_unknown_sink(capsys: pytest.CaptureFixture[str]) -> None:
-    assert relay_main(["check-sink", "--sink", "bogus://x"]) == 2
-    assert "INVALID_SINK_URL" in capsys.readouterr().err
-    assert relay_main(["relay", "--store", "memory://", "--sink", "file://rel"]) == 2
-    assert relay_main(["stats", "--store", "mysql://db"]) == 2
-    assert relay_main(["check-sink", "--sink", "stdout://"]) == 0
+    assert run(["outbox", "check-sink", "--sink", "bogus://x"]) == 2
+    assert "[INVALID_SINK_URL]" in capsys.readouterr().err
+    relay = ["outbox", "relay", "--store", "memory://", "--sink", "file://rel"]
+    assert run(relay) == 2
+    assert run(["outbox", "stats", "--store", "mysql://db"]) == 2
+    assert "[UNSUPPORTED_STORE]" in capsys.readouterr().err
+    assert run(["outbox", "check-sink", "--sink", "stdout://"]) == 0
 
 
 def test_cli_runs_one_batch_and_reports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     sink = (tmp_path / "out.jsonl").as_uri()
-    assert relay_main(["relay", "--store", "memory://", "--sink", sink, "--once"]) == 0
-    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["claimed"] == 0
-    assert relay_main(["stats", "--store", "memory://"]) == 0
+    once = ["outbox", "relay", "--store", "memory://", "--sink", sink, "--once", "--json"]
+    assert run(once) == 0
+    assert json.loads(capsys.readouterr().out)["claimed"] == 0
+    assert run(["outbox", "stats", "--store", "memory://", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["pending"] == 0
-    assert relay_main(["prune", "--store", "memory://", "--older-than", "7d"]) == 0
-    assert relay_main(["requeue", "--store", "memory://"]) == 0
-    assert relay_main(["dead", "--store", "memory://"]) == 0
-
-
-def test_parse_age() -> None:
-    assert parse_age("7d") == 7 * 86400
-    assert parse_age("90") == 90
-    assert parse_age("1.5h") == 5400
-    with pytest.raises(ConfigurationError):
-        parse_age("soon")
+    assert run(["outbox", "prune", "--store", "memory://", "--older-than", "7d"]) == 0
+    assert run(["outbox", "requeue", "--store", "memory://"]) == 0
+    assert run(["outbox", "dead", "--store", "memory://"]) == 0
 
 
 async def test_cli_relay_stops_gracefully_on_sigterm(tmp_path: Path) -> None:
     sink = (tmp_path / "out.jsonl").as_uri()
-    code = (
-        "import sys; from intention_kernel.relay.cli import relay_main; "
-        f"sys.exit(relay_main(['relay', '--store', 'memory://', '--sink', '{sink}', "
-        "'--poll-interval', '0.05']))"
-    )
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
-        "-c",
-        code,
+        "-m",
+        "intention_kernel.cli",
+        "outbox",
+        "relay",
+        "--store",
+        "memory://",
+        "--sink",
+        sink,
+        "--poll-interval",
+        "0.05",
         stderr=subprocess.PIPE,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
