@@ -1,6 +1,10 @@
-"""Layer 1: durability adapters. Each backend's driver is imported only by its own module."""
+"""Layer 1: the stores. Each backend's driver is imported only by its own subpackage.
 
-from ._engine import DurabilityEngine, Lease, StoredTurn, TurnScopeImpl
+``open_durability(url)`` opens a store by URL. Adapter authors subclass
+``intention_kernel.durability.engine.DurabilityEngine`` and implement its ``storage_*`` hooks.
+"""
+
+from .engine import DurabilityEngine, Lease, OpenedTurn, Reconciliation, StoredTurn, TurnCommit
 from .factory import open_durability
 from .memory import MemoryDurability, MemoryStore
 
@@ -9,7 +13,9 @@ __all__ = [
     "Lease",
     "MemoryDurability",
     "MemoryStore",
+    "OpenedTurn",
+    "Reconciliation",
     "StoredTurn",
-    "TurnScopeImpl",
+    "TurnCommit",
     "open_durability",
 ]

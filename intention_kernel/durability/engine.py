@@ -1,22 +1,24 @@
-"""The turn and effect algorithm, written once for every adapter.
+"""The durability engine: every public method of a store, written once for every adapter.
 
-``DurabilityEngine`` implements ``with_turn``, ``TurnScope.run_effect`` and ``commit`` over a few
-storage primitives that an adapter provides (each one short, fenced transaction). Keeping the
-ordering here - prepared committed before the call, crash points, exception classification,
-nesting and closed-scope guards - means the adapters cannot drift from each other.
+``DurabilityEngine`` owns the turn and effect algorithm (``with_turn``, ``TurnScope.run_effect``,
+``commit``: ordering, crash points, exception classification, nesting and closed-scope guards)
+and every other public method of a store - reads, receipts, reconciliation, the outbox source
+and the operator queries. Each public method checks its arguments, then that the store is open,
+then calls one ``storage_*`` hook. An adapter subclasses it and implements only those hooks:
+short, fenced transactions that store what the pure rules (``_ledger``, ``_outbox_rules``)
+decided. So the stores cannot drift from each other (see ``docs/conformance.md``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
-import os
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from pydantic import JsonValue
 
@@ -35,13 +37,15 @@ from ..contracts.errors import (
     TurnConflictError,
     UsageError,
 )
-from ..contracts.events import KernelEvent
+from ..contracts.events import KernelEvent, StoredEvent
 from ..contracts.ids import (
     validate_id,
     validate_idempotency_key,
     validate_thread_id,
     validate_turn_id,
 )
+from ..contracts.inspect import LeaseInfo, PruneReport, SchemaInfo, StoreStatus, ThreadSummary
+from ..contracts.outbox import OutboxStats
 from ..contracts.receipts import (
     EffectAuthority,
     EffectExecution,
@@ -49,9 +53,11 @@ from ..contracts.receipts import (
     EffectReceipt,
     ReceiptStatus,
     ReconcileOutcome,
+    ReconciliationRecord,
 )
 from ..contracts.turns import DurableTurnResult
 from ..crashpoints import CrashPoint, SimulatedCrash, crash_point
+from . import _arguments as check
 from . import _turns
 from ._documents import encode_model
 from ._ledger import (
@@ -63,7 +69,15 @@ from ._ledger import (
 )
 from ._settle import settle
 
-__all__ = ["DurabilityEngine", "Lease", "StoredTurn", "TurnCommit", "TurnScopeImpl"]
+__all__ = [
+    "DurabilityEngine",
+    "Lease",
+    "OpenedTurn",
+    "Reconciliation",
+    "StoredTurn",
+    "TurnCommit",
+    "TurnScopeImpl",
+]
 
 T = TypeVar("T")
 
@@ -79,6 +93,27 @@ class Lease:
 
     thread_id: str
     epoch: int
+
+
+LeaseT = TypeVar("LeaseT", bound=Lease)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredTurn:
+    """A committed turn as stored: its result and the request fingerprint it was run with."""
+
+    result: DurableTurnResult
+    fingerprint: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class OpenedTurn(Generic[LeaseT]):
+    """What ``storage_open_turn`` found: a committed turn to replay (``prior``; the lease may
+    or may not be held), or the held ``lease`` with the thread's latest ``checkpoint``."""
+
+    prior: StoredTurn | None
+    lease: LeaseT | None
+    checkpoint: KernelCheckpoint | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,13 +141,24 @@ class TurnCommit:
 
 
 @dataclass(frozen=True, slots=True)
-class StoredTurn:
-    result: DurableTurnResult
-    fingerprint: str | None
+class Reconciliation:
+    """An operator's validated decision about one receipt (``DurabilityStore.reconcile``)."""
+
+    thread_id: str
+    idempotency_key: str
+    outcome: ReconcileOutcome
+    value: JsonValue
+    note: str
+    actor: str
 
 
-class DurabilityEngine(ABC):
-    """Base class of the durable adapters. Subclasses implement the ``_primitives``."""
+class DurabilityEngine(ABC, Generic[LeaseT]):
+    """Base class of the stores: the public face, over ``storage_*`` hooks an adapter writes.
+
+    Every hook runs after the engine validated the arguments and checked that the store is
+    open. A hook that has started a write must finish it (or prove it never started) before
+    a cancellation leaves it; the engine settles its own writes the same way.
+    """
 
     record_retry_seconds: float = 10.0
     """How long a receipt's final write is retried after transient store errors (busy,
@@ -121,7 +167,11 @@ class DurabilityEngine(ABC):
     def __init__(
         self, *, lock_timeout: float = 30.0, json_limits: JsonLimits = DEFAULT_LIMITS
     ) -> None:
-        if not isinstance(lock_timeout, int | float) or not 0 < lock_timeout <= 3600:
+        if (
+            isinstance(lock_timeout, bool)
+            or not isinstance(lock_timeout, int | float)
+            or not 0 < lock_timeout <= 3600
+        ):
             raise ConfigurationError(
                 "lock_timeout must be a number of seconds in (0, 3600]",
                 context={"setting": "lock_timeout"},
@@ -129,88 +179,154 @@ class DurabilityEngine(ABC):
         self.lock_timeout = float(lock_timeout)
         self.json_limits = json_limits
         self._closed = False
-        # Test-only planted bug for fault tests: call the provider before recording `prepared`.
-        self._prepare_after_call = os.environ.get("IK_PLANTED_BUG") == "prepare_after_call"
 
-    # ---------------------------------------------------------------- primitives
+    # ---------------------------------------------------------------- storage hooks: turns
 
     @abstractmethod
-    async def _find_turn(self, thread_id: str, turn_id: str) -> StoredTurn | None:
-        """Read a committed turn without taking the lease (committed turns never change)."""
+    def storage_open_turn(
+        self, thread_id: str, turn_id: str
+    ) -> AbstractAsyncContextManager[OpenedTurn[LeaseT]]:
+        """Open a turn: a committed ``(thread_id, turn_id)`` is returned as ``prior`` (read
+        without the lease where the store can); otherwise hold the thread's lease for the
+        block (waiting at most ``self.lock_timeout``, then ``LOCK_TIMEOUT``) and return it
+        with the latest checkpoint - and ``prior`` if the turn committed meanwhile."""
 
     @abstractmethod
-    def _lease(self, thread_id: str) -> AbstractAsyncContextManager[Lease]:
-        """Hold the thread's lease for the block, waiting at most ``self.lock_timeout``."""
+    def storage_lease(self, thread_id: str) -> AbstractAsyncContextManager[LeaseT]:
+        """Hold the thread's lease for the block (used to reconcile a ``prepared`` receipt)."""
 
     @abstractmethod
-    async def _load(
-        self, lease: Lease, turn_id: str
-    ) -> tuple[StoredTurn | None, KernelCheckpoint | None]:
-        """Under the lease: the committed turn (if any) and the latest checkpoint."""
-
-    @abstractmethod
-    async def _begin_effect(
-        self, lease: Lease, turn_id: str, identity: EffectIdentity
+    async def storage_begin_effect(
+        self, lease: LeaseT, turn_id: str, identity: EffectIdentity
     ) -> EffectStart:
         """One fenced transaction: read the receipt, apply ``_ledger.start_effect``, write
         ``start.receipt`` when ``start.write``, commit durably."""
 
     @abstractmethod
-    async def _finish_effect(
-        self, lease: Lease, receipt: EffectReceipt, value_json: str | None
+    async def storage_finish_effect(
+        self, lease: LeaseT, receipt: EffectReceipt, value_json: str | None
     ) -> None:
-        """One fenced, durable write of the receipt's final state."""
+        """One fenced, durable write of the receipt's final state (from ``prepared``)."""
 
     @abstractmethod
-    async def _commit(self, lease: Lease, commit: TurnCommit) -> None:
+    async def storage_commit(self, lease: LeaseT, commit: TurnCommit) -> None:
         """One fenced, durable transaction: turn row (unique), head revision compare-and-set
         from ``loaded_revision``, outbox rows. Calls ``crash_point(INSIDE_COMMIT)`` before
         committing."""
 
     @abstractmethod
-    async def _reconcile(
-        self,
-        thread_id: str,
-        idempotency_key: str,
-        outcome: ReconcileOutcome,
-        *,
-        value: JsonValue,
-        note: str,
-        actor: str,
-        lease: Lease | None,
+    async def storage_reconcile(
+        self, decision: Reconciliation, lease: LeaseT | None
     ) -> EffectReceipt:
         """One durable transaction: read the receipt, apply ``_ledger.resolve_uncertain``
         (``holds_lease=lease is not None``), write the receipt and the audit record. With a
         ``lease``, the transaction is fenced by it like a turn's write."""
 
     @abstractmethod
-    async def _close(self) -> None: ...
+    async def storage_close(self) -> None:
+        """Release the store's resources (called once)."""
+
+    # ---------------------------------------------------------------- storage hooks: reads
+
+    @abstractmethod
+    async def storage_read_turn(self, thread_id: str, turn_id: str) -> StoredTurn | None: ...
+
+    @abstractmethod
+    async def storage_load_checkpoint(self, thread_id: str) -> KernelCheckpoint | None: ...
+
+    @abstractmethod
+    async def storage_list_turns(
+        self, thread_id: str, after_revision: int, limit: int
+    ) -> list[DurableTurnResult]: ...
+
+    @abstractmethod
+    async def storage_get_receipt(
+        self, thread_id: str, idempotency_key: str
+    ) -> EffectReceipt | None: ...
+
+    @abstractmethod
+    async def storage_list_receipts(
+        self, status: ReceiptStatus | None, thread_id: str | None, limit: int
+    ) -> list[EffectReceipt]:
+        """``UNCERTAIN`` also lists interrupted ``prepared`` receipts (no live lease holder,
+        ``_ledger.needs_operator``), as stored."""
+
+    @abstractmethod
+    async def storage_reconciliations(
+        self, thread_id: str | None, idempotency_key: str | None
+    ) -> list[ReconciliationRecord]: ...
+
+    @abstractmethod
+    async def storage_read_outbox(
+        self, thread_id: str | None, turn_id: str | None, after_position: int, limit: int
+    ) -> list[StoredEvent]: ...
+
+    # ---------------------------------------------------------------- storage hooks: outbox
+
+    @abstractmethod
+    async def storage_claim(self, relay_id: str, limit: int, lease: float) -> list[StoredEvent]:
+        """``_outbox_rules.claimable`` over the undelivered events, claimed in one transaction;
+        returned in position order."""
+
+    @abstractmethod
+    async def storage_mark_delivered(self, relay_id: str, positions: list[int]) -> int: ...
+
+    @abstractmethod
+    async def storage_record_failure(
+        self,
+        relay_id: str,
+        position: int,
+        error: str,
+        retry_in: float,
+        max_attempts: int,
+        permanent: bool,
+    ) -> StoredEvent | None:
+        """``_outbox_rules.failed_attempt`` while ``relay_id`` holds the claim, else ``None``."""
+
+    @abstractmethod
+    async def storage_release(self, relay_id: str, positions: list[int]) -> int: ...
+
+    @abstractmethod
+    async def storage_requeue(self, positions: list[int] | None, thread_id: str | None) -> int: ...
+
+    @abstractmethod
+    async def storage_dead_letters(self, limit: int) -> list[StoredEvent]: ...
+
+    @abstractmethod
+    async def storage_prune_outbox(self, older_than: float) -> int: ...
+
+    @abstractmethod
+    async def storage_outbox_stats(self) -> OutboxStats: ...
+
+    # ---------------------------------------------------------------- storage hooks: operators
+
+    @abstractmethod
+    async def storage_list_threads(
+        self, prefix: str | None, after: str | None, limit: int
+    ) -> list[ThreadSummary]: ...
+
+    @abstractmethod
+    async def storage_status(self) -> StoreStatus: ...
+
+    @abstractmethod
+    async def storage_schema_info(self) -> SchemaInfo: ...
+
+    @abstractmethod
+    async def storage_lease_info(self, thread_id: str) -> LeaseInfo: ...
+
+    @abstractmethod
+    async def storage_prune_records(self, older_than: datetime, dry_run: bool) -> PruneReport: ...
 
     def _now(self) -> datetime:
         return datetime.now(UTC)
 
-    # ---------------------------------------------------------------- public API
-
-    @abstractmethod
-    async def get_receipt(self, thread_id: str, idempotency_key: str) -> EffectReceipt | None:
-        """The ledger's receipt (``DurabilityStore.get_receipt``); used by ``receipts``."""
-
-    @abstractmethod
-    async def get_turn(self, thread_id: str, turn_id: str) -> DurableTurnResult | None:
-        """The committed result (``DurabilityStore.get_turn``)."""
-
-    async def _stored_equals(self, result: DurableTurnResult) -> bool:
-        try:
-            stored = await self.get_turn(result.thread_id, result.turn_id)
-        except KernelError:
-            return False
-        return stored == result
+    # ---------------------------------------------------------------- turns
 
     async def with_turn(
         self,
         thread_id: str,
         turn_id: str,
-        operation: Callable[[TurnScopeImpl], Awaitable[T]],
+        operation: Callable[[TurnScopeImpl[LeaseT]], Awaitable[T]],
         *,
         request_fingerprint: str | None = None,
     ) -> T:
@@ -222,7 +338,8 @@ class DurabilityEngine(ABC):
 
     def turn(
         self, thread_id: str, turn_id: str, *, request_fingerprint: str | None = None
-    ) -> AbstractAsyncContextManager[TurnScopeImpl]:
+    ) -> AbstractAsyncContextManager[TurnScopeImpl[LeaseT]]:
+        """The same boundary as an ``async with`` block (one code path with ``with_turn``)."""
         validate_thread_id(thread_id)
         validate_turn_id(turn_id)
         fingerprint = _turns.validate_fingerprint(request_fingerprint)
@@ -232,40 +349,102 @@ class DurabilityEngine(ABC):
     @asynccontextmanager
     async def _turn(
         self, thread_id: str, turn_id: str, fingerprint: str | None
-    ) -> AsyncIterator[TurnScopeImpl]:
-        prior = await self._find_turn(thread_id, turn_id)
-        if prior is not None:
-            async with self._replay_scope(prior, fingerprint) as scope:
-                yield scope
-            return
-        async with self._lease(thread_id) as lease:
-            crash_point(CrashPoint.LEASE_ACQUIRED, thread_id=thread_id, turn_id=turn_id)
-            prior, checkpoint = await self._load(lease, turn_id)
-            if prior is not None:
-                async with self._replay_scope(prior, fingerprint) as scope:
-                    yield scope
-                return
-            crash_point(CrashPoint.CHECKPOINT_LOADED, thread_id=thread_id, turn_id=turn_id)
-            scope = TurnScopeImpl(self, lease, turn_id, fingerprint, checkpoint, None)
+    ) -> AsyncIterator[TurnScopeImpl[LeaseT]]:
+        async with self.storage_open_turn(thread_id, turn_id) as opened:
+            if opened.prior is not None:
+                result = opened.prior.result
+                _turns.check_fingerprint(
+                    opened.prior.fingerprint, fingerprint, thread_id=thread_id, turn_id=turn_id
+                )
+                scope = TurnScopeImpl(
+                    self, thread_id, None, turn_id, fingerprint, result.checkpoint, result
+                )
+            else:
+                assert opened.lease is not None, "storage_open_turn returned neither"
+                crash_point(CrashPoint.LEASE_ACQUIRED, thread_id=thread_id, turn_id=turn_id)
+                crash_point(CrashPoint.CHECKPOINT_LOADED, thread_id=thread_id, turn_id=turn_id)
+                scope = TurnScopeImpl(
+                    self, thread_id, opened.lease, turn_id, fingerprint, opened.checkpoint, None
+                )
             try:
                 yield scope
             finally:
                 scope._closed = True
 
-    @asynccontextmanager
-    async def _replay_scope(
-        self, prior: StoredTurn, fingerprint: str | None
-    ) -> AsyncIterator[TurnScopeImpl]:
-        result = prior.result
-        _turns.check_fingerprint(
-            prior.fingerprint, fingerprint, thread_id=result.thread_id, turn_id=result.turn_id
-        )
-        lease = Lease(result.thread_id, -1)
-        scope = TurnScopeImpl(self, lease, result.turn_id, fingerprint, result.checkpoint, result)
-        try:
-            yield scope
-        finally:
-            scope._closed = True
+    # ---------------------------------------------------------------- reads
+
+    async def load_checkpoint(self, thread_id: str) -> KernelCheckpoint | None:
+        """The thread's latest committed checkpoint (``None`` for a new thread)."""
+        validate_thread_id(thread_id)
+        self._check_open()
+        return await self.storage_load_checkpoint(thread_id)
+
+    async def get_turn(self, thread_id: str, turn_id: str) -> DurableTurnResult | None:
+        """The committed result of a turn (``None`` if it never committed)."""
+        validate_thread_id(thread_id)
+        validate_turn_id(turn_id)
+        self._check_open()
+        stored = await self.storage_read_turn(thread_id, turn_id)
+        return None if stored is None else stored.result
+
+    async def list_turns(
+        self, thread_id: str, *, after_revision: int = 0, limit: int = 100
+    ) -> list[DurableTurnResult]:
+        """Committed turns of a thread in commit order (by checkpoint revision)."""
+        validate_thread_id(thread_id)
+        after_revision = check.check_revision(after_revision, "after_revision")
+        limit = check.check_limit(limit)
+        self._check_open()
+        return await self.storage_list_turns(thread_id, after_revision, limit)
+
+    async def get_receipt(self, thread_id: str, idempotency_key: str) -> EffectReceipt | None:
+        """The ledger's receipt for a key of the thread."""
+        validate_thread_id(thread_id)
+        validate_idempotency_key(idempotency_key)
+        self._check_open()
+        return await self.storage_get_receipt(thread_id, idempotency_key)
+
+    async def list_receipts(
+        self,
+        *,
+        status: ReceiptStatus | None = None,
+        thread_id: str | None = None,
+        limit: int = 100,
+    ) -> list[EffectReceipt]:
+        """Receipts across threads, oldest update first (see ``DurabilityStore``)."""
+        chosen = check.check_status(status)
+        thread_id = check.check_optional_thread_id(thread_id)
+        limit = check.check_limit(limit)
+        self._check_open()
+        return await self.storage_list_receipts(chosen, thread_id, limit)
+
+    async def reconciliations(
+        self, *, thread_id: str | None = None, idempotency_key: str | None = None
+    ) -> list[ReconciliationRecord]:
+        """The audit records of reconciliations, oldest first."""
+        thread_id = check.check_optional_thread_id(thread_id)
+        if idempotency_key is not None:
+            validate_idempotency_key(idempotency_key)
+        self._check_open()
+        return await self.storage_reconciliations(thread_id, idempotency_key)
+
+    async def read_outbox(
+        self,
+        *,
+        thread_id: str | None = None,
+        turn_id: str | None = None,
+        after_position: int = 0,
+        limit: int = 1000,
+    ) -> list[StoredEvent]:
+        """Committed outbox events in commit order (turn order, then sequence)."""
+        thread_id = check.check_optional_thread_id(thread_id)
+        turn_id = check.check_optional_turn_id(turn_id)
+        after_position = check.check_revision(after_position, "after_position")
+        limit = check.check_limit(limit, maximum=10_000)
+        self._check_open()
+        return await self.storage_read_outbox(thread_id, turn_id, after_position, limit)
+
+    # ---------------------------------------------------------------- reconciliation
 
     async def reconcile(
         self,
@@ -296,51 +475,164 @@ class DurabilityEngine(ABC):
             )
         value = codec.round_trip(value, limits=self.json_limits, what="reconciled value")
         self._check_open()
-
-        async def resolve(lease: Lease | None) -> EffectReceipt:
-            return await self._reconcile(
-                thread_id,
-                idempotency_key,
-                outcome,
-                value=value,
-                note=note,
-                actor=actor,
-                lease=lease,
-            )
-
-        if not reconcile_takes_lease(await self.get_receipt(thread_id, idempotency_key)):
-            return await resolve(None)
+        decision = Reconciliation(thread_id, idempotency_key, outcome, value, note, actor)
+        existing = await self.storage_get_receipt(thread_id, idempotency_key)
+        if not reconcile_takes_lease(existing):
+            return await self.storage_reconcile(decision, None)
         # A ``prepared`` receipt may belong to a running turn: hold the thread's lease (waiting
         # for that turn, fencing a paused former holder); still prepared then, it was interrupted.
-        async with self._lease(thread_id) as lease:
-            return await resolve(lease)
+        async with self.storage_lease(thread_id) as lease:
+            return await self.storage_reconcile(decision, lease)
+
+    # ---------------------------------------------------------------- outbox source
+
+    async def claim(self, relay_id: str, *, limit: int, lease: float) -> list[StoredEvent]:
+        """Claim up to ``limit`` deliverable events for ``lease`` seconds (``OutboxSource``)."""
+        relay_id = check.check_relay_id(relay_id)
+        limit = check.check_limit(limit, maximum=10_000)
+        seconds = check.check_seconds(lease, "lease")
+        self._check_open()
+        return await self.storage_claim(relay_id, limit, seconds)
+
+    async def mark_delivered(self, relay_id: str, positions: Sequence[int]) -> int:
+        """Record that the sink acknowledged these events; returns how many changed state."""
+        relay_id = check.check_relay_id(relay_id)
+        chosen = check.check_positions(positions)
+        self._check_open()
+        return await self.storage_mark_delivered(relay_id, chosen) if chosen else 0
+
+    async def record_failure(
+        self,
+        relay_id: str,
+        position: int,
+        *,
+        error: str,
+        retry_in: float,
+        max_attempts: int,
+        permanent: bool = False,
+    ) -> StoredEvent | None:
+        """Count a failed attempt and release the claim (``OutboxSource.record_failure``)."""
+        relay_id = check.check_relay_id(relay_id)
+        position = check.check_position(position)
+        error = check.check_text(error, "error", maximum=check.MAX_ERROR_LENGTH)
+        seconds = check.check_seconds(retry_in, "retry_in")
+        max_attempts = check.check_limit(max_attempts, maximum=1_000_000)
+        permanent = check.check_flag(permanent, "permanent")
+        self._check_open()
+        return await self.storage_record_failure(
+            relay_id, position, error, seconds, max_attempts, permanent
+        )
+
+    async def release(self, relay_id: str, positions: Sequence[int]) -> int:
+        """Give back claims without counting an attempt."""
+        relay_id = check.check_relay_id(relay_id)
+        chosen = check.check_positions(positions)
+        self._check_open()
+        return await self.storage_release(relay_id, chosen) if chosen else 0
+
+    async def requeue(
+        self, positions: Sequence[int] | None = None, *, thread_id: str | None = None
+    ) -> int:
+        """Make dead events pending again (all, by position, or by thread)."""
+        chosen = None if positions is None else check.check_positions(positions)
+        thread_id = check.check_optional_thread_id(thread_id)
+        self._check_open()
+        if chosen == []:
+            return 0
+        return await self.storage_requeue(chosen, thread_id)
+
+    async def dead_letters(self, *, limit: int = 100) -> list[StoredEvent]:
+        """Dead events in position order, with their attempts and reason."""
+        limit = check.check_limit(limit, maximum=10_000)
+        self._check_open()
+        return await self.storage_dead_letters(limit)
+
+    async def prune(self, older_than: float) -> int:
+        """Delete events delivered more than ``older_than`` seconds ago."""
+        seconds = check.check_seconds(older_than, "older_than")
+        self._check_open()
+        return await self.storage_prune_outbox(seconds)
+
+    async def outbox_stats(self) -> OutboxStats:
+        """Delivery backlog: pending, claimed, dead, delivered, oldest pending age."""
+        self._check_open()
+        return await self.storage_outbox_stats()
+
+    # ---------------------------------------------------------------- operator queries
+
+    async def list_threads(
+        self, *, prefix: str | None = None, after: str | None = None, limit: int = 100
+    ) -> list[ThreadSummary]:
+        """Threads in id order (those with commits or receipts), after the cursor ``after``."""
+        if prefix is not None and not isinstance(prefix, str):
+            raise InvalidInputError("prefix must be text", context={"field": "prefix"})
+        if after is not None and not isinstance(after, str):
+            raise InvalidInputError("after must be text", context={"field": "after"})
+        limit = check.check_limit(limit)
+        self._check_open()
+        return await self.storage_list_threads(prefix or None, after or None, limit)
+
+    async def store_status(self) -> StoreStatus:
+        """Schema version and counts of threads, turns, open receipts and events."""
+        self._check_open()
+        return await self.storage_status()
+
+    async def schema_info(self) -> SchemaInfo:
+        """The store's schema version against what this code writes."""
+        self._check_open()
+        return await self.storage_schema_info()
+
+    async def lease_info(self, thread_id: str) -> LeaseInfo:
+        """Probe the lease without waiting for it and without disturbing a holder."""
+        validate_thread_id(thread_id)
+        self._check_open()
+        return await self.storage_lease_info(thread_id)
+
+    async def prune_records(self, *, older_than: datetime, dry_run: bool = False) -> PruneReport:
+        """Remove turn records and delivered events older than ``older_than``, keeping every
+        live obligation (see ``contracts.inspect``)."""
+        older_than = check.check_cutoff(older_than)
+        dry_run = check.check_flag(dry_run, "dry_run")
+        self._check_open()
+        return await self.storage_prune_records(older_than, dry_run)
+
+    # ---------------------------------------------------------------- lifetime
 
     async def close(self) -> None:
+        """Release the store's resources; later calls raise ``SCOPE_CLOSED``. Idempotent."""
         if not self._closed:
             self._closed = True
-            await self._close()
+            await self.storage_close()
 
-    async def __aenter__(self) -> DurabilityEngine:
+    async def __aenter__(self) -> DurabilityEngine[LeaseT]:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def _check_open(self) -> None:
         if self._closed:
-            raise UsageError("the durability adapter is closed", code=ErrorCode.SCOPE_CLOSED)
+            raise UsageError("the store is closed", code=ErrorCode.SCOPE_CLOSED)
+
+    async def _stored_equals(self, result: DurableTurnResult) -> bool:
+        try:
+            stored = await self.storage_read_turn(result.thread_id, result.turn_id)
+        except KernelError:
+            return False
+        return stored is not None and stored.result == result
 
     # ---------------------------------------------------------------- effects
 
     async def _execute_effect(
-        self, scope: TurnScopeImpl, identity: EffectIdentity, operation: Any
+        self, scope: TurnScopeImpl[LeaseT], identity: EffectIdentity, operation: Any
     ) -> EffectExecution:
-        lease = scope._lease
-        if self._prepare_after_call:  # planted bug, test-only
-            authority = EffectAuthority(identity.idempotency_key, "planted")
-            await operation(authority)
+        lease = scope._held()
         start, cancel = await scope._ledger_write(
-            lambda: self._begin_effect(lease, scope.turn_id, identity)
+            lambda: self.storage_begin_effect(lease, scope.turn_id, identity)
         )
         if cancel is not None:
             if start.action is EffectAction.EXECUTE:
@@ -354,26 +646,25 @@ class DurabilityEngine(ABC):
             raise uncertain_error(start.receipt)
         prepared = start.receipt
         crash_point(CrashPoint.EFFECT_PREPARED, key=identity.idempotency_key)
-        if self._prepare_after_call:
-            raw: Any = None
-        else:
-            raw = await self._call(scope, prepared, operation)
+        raw = await self._call(scope, prepared, operation)
         crash_point(CrashPoint.EFFECT_RETURNED, key=identity.idempotency_key)
         try:
             value_json, value = codec.encode_stored(
                 raw, limits=self.json_limits, what="effect value"
             )
         except SerializationError as exc:
-            await self._record(
+            final = await self._record(
                 scope, prepared, ReceiptStatus.UNCERTAIN, f"value not storable: {exc.code}"
             )
-            raise uncertain_error(prepared, code=ErrorCode.EFFECT_VALUE_NOT_STORABLE) from exc
+            raise uncertain_error(final, code=ErrorCode.EFFECT_VALUE_NOT_STORABLE) from exc
         completed = finish_receipt(prepared, ReceiptStatus.COMPLETED, value=value, now=self._now())
         await self._write_final(scope, completed, value_json)
         crash_point(CrashPoint.RECEIPT_RECORDED, key=identity.idempotency_key)
         return EffectExecution(value=completed.value, receipt=completed, replayed=False)
 
-    async def _call(self, scope: TurnScopeImpl, prepared: EffectReceipt, operation: Any) -> Any:
+    async def _call(
+        self, scope: TurnScopeImpl[LeaseT], prepared: EffectReceipt, operation: Any
+    ) -> Any:
         """Call the provider; classify how it ended and record non-success durably."""
         token = _IN_EFFECT.set(True)
         try:
@@ -390,32 +681,35 @@ class DurabilityEngine(ABC):
             )
             raise
         except BaseException as exc:
-            await self._record(
+            final = await self._record(
                 scope, prepared, ReceiptStatus.UNCERTAIN, f"raised {type(exc).__name__}"
             )
             if isinstance(exc, Exception):
-                raise uncertain_error(
-                    prepared.model_copy(update={"error": f"raised {type(exc).__name__}"})
-                ) from exc
+                raise uncertain_error(final) from exc
             raise
         finally:
             _IN_EFFECT.reset(token)
 
     async def _record(
-        self, scope: TurnScopeImpl, prepared: EffectReceipt, status: ReceiptStatus, error: str
-    ) -> None:
-        """Record a failed/uncertain outcome (see ``_write_final``)."""
+        self,
+        scope: TurnScopeImpl[LeaseT],
+        prepared: EffectReceipt,
+        status: ReceiptStatus,
+        error: str,
+    ) -> EffectReceipt:
+        """Record a failed/uncertain outcome (see ``_write_final``); the receipt recorded."""
         final = finish_receipt(prepared, status, error=error[:500], now=self._now())
         await self._write_final(scope, final, None)
+        return final
 
     async def _write_final(
-        self, scope: TurnScopeImpl, receipt: EffectReceipt, value_json: str | None
+        self, scope: TurnScopeImpl[LeaseT], receipt: EffectReceipt, value_json: str | None
     ) -> None:
         """Write a receipt's final state to its end, whatever happens to the caller meanwhile;
         then re-raise a cancellation that arrived. If the write cannot be made, the receipt
         stays ``prepared`` (which operators see as uncertain) and the caller gets
         ``EffectUncertainError``: the outcome in hand could not be kept."""
-        lease = scope._lease
+        lease = scope._held()
         try:
             _, cancel = await scope._ledger_write(
                 lambda: self._finish_with_retries(lease, receipt, value_json)
@@ -426,9 +720,9 @@ class DurabilityEngine(ABC):
             raise cancel
 
     async def _finish_with_retries(
-        self, lease: Lease, receipt: EffectReceipt, value_json: str | None
+        self, lease: LeaseT, receipt: EffectReceipt, value_json: str | None
     ) -> None:
-        """``_finish_effect``, again with back-off after a transient store error (busy, lost
+        """``storage_finish_effect``, again with back-off after a transient store error (busy, lost
         connection) for up to ``record_retry_seconds``. It is a fenced compare-and-set, so a
         retry is safe while the lease is held; an attempt that did land is recognised."""
         loop = asyncio.get_running_loop()
@@ -438,7 +732,7 @@ class DurabilityEngine(ABC):
         while True:
             attempts += 1
             try:
-                await self._finish_effect(lease, receipt, value_json)
+                await self.storage_finish_effect(lease, receipt, value_json)
                 return
             except DurabilityError as exc:
                 if attempts > 1 and await self._receipt_is(receipt):
@@ -450,7 +744,7 @@ class DurabilityEngine(ABC):
 
     async def _receipt_is(self, receipt: EffectReceipt) -> bool:
         try:
-            stored = await self.get_receipt(receipt.thread_id, receipt.idempotency_key)
+            stored = await self.storage_get_receipt(receipt.thread_id, receipt.idempotency_key)
         except KernelError:
             return False
         return (
@@ -466,8 +760,9 @@ def _transient(exc: DurabilityError) -> bool:
     return exc.retryable and exc.code in (ErrorCode.STORE_BUSY, ErrorCode.STORE_UNAVAILABLE)
 
 
-class TurnScopeImpl:
-    """The ``TurnScope`` handed to an operation by ``DurabilityEngine``."""
+class TurnScopeImpl(Generic[LeaseT]):
+    """The ``TurnScope`` handed to an operation by ``DurabilityEngine`` (``lease`` is ``None``
+    on a replay: a committed turn runs nothing)."""
 
     __slots__ = (
         "_checkpoint",
@@ -480,19 +775,22 @@ class TurnScopeImpl:
         "_ledger_lock",
         "_maybe_committed",
         "_prior",
+        "_thread_id",
         "_turn_id",
     )
 
     def __init__(
         self,
-        engine: DurabilityEngine,
-        lease: Lease,
+        engine: DurabilityEngine[LeaseT],
+        thread_id: str,
+        lease: LeaseT | None,
         turn_id: str,
         fingerprint: str | None,
         checkpoint: KernelCheckpoint | None,
         prior: DurableTurnResult | None,
     ) -> None:
         self._engine = engine
+        self._thread_id = thread_id
         self._lease = lease
         self._turn_id = turn_id
         self._fingerprint = fingerprint
@@ -506,7 +804,7 @@ class TurnScopeImpl:
 
     @property
     def thread_id(self) -> str:
-        return self._lease.thread_id
+        return self._thread_id
 
     @property
     def turn_id(self) -> str:
@@ -523,6 +821,11 @@ class TurnScopeImpl:
     @property
     def loaded_revision(self) -> int:
         return 0 if self._checkpoint is None else self._checkpoint.revision
+
+    def _held(self) -> LeaseT:
+        """The lease of a live (non-replay) scope; ``_ensure_live`` ran before."""
+        assert self._lease is not None
+        return self._lease
 
     def _ensure_live(self, action: str) -> None:
         if self._prior is not None:
@@ -621,8 +924,8 @@ class TurnScopeImpl:
         self._committed = True
         try:
             _, cancel = await settle(
-                engine._commit(
-                    self._lease,
+                engine.storage_commit(
+                    self._held(),
                     TurnCommit(
                         result=result,
                         result_json=result_json,

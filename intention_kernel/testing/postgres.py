@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any
+from typing import Any, ClassVar
 
 import asyncpg
 import pytest
@@ -19,7 +19,15 @@ from ..contracts.ids import new_id
 from ..durability.postgres import PostgresDurability
 from .conformance import ConformanceHarness
 
-__all__ = ["PostgresHarness", "drop_schema", "postgres_dsn", "require_postgres", "scratch_schema"]
+__all__ = [
+    "PostgresHarness",
+    "UnfencedPostgresDurability",
+    "drop_schema",
+    "postgres_dsn",
+    "require_postgres",
+    "revoke_lease",
+    "scratch_schema",
+]
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 
@@ -56,6 +64,21 @@ async def drop_schema(dsn: str, schema: str) -> None:
         await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
     finally:
         await conn.close()
+
+
+class UnfencedPostgresDurability(PostgresDurability):
+    """A deliberately broken store: writes skip the lease check and a lost lease goes
+    unnoticed. Fault tests run it to prove they would catch a missing fence."""
+
+    _fenced: ClassVar[bool] = False
+
+
+async def revoke_lease(store: PostgresDurability, thread_id: str) -> None:
+    """Act as a new holder taking the thread over: bump the lease epoch, so the current
+    holder's token no longer matches."""
+    await store.pool.execute(
+        f'UPDATE "{store.schema}".leases SET epoch = epoch + 1 WHERE thread_id = $1', thread_id
+    )
 
 
 class PostgresHarness(ConformanceHarness):

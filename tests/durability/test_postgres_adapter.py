@@ -21,6 +21,7 @@ from intention_kernel.contracts.errors import (
 )
 from intention_kernel.durability.postgres import MIGRATIONS, PostgresDurability
 from intention_kernel.testing.conformance import Provider, commit_simple, effect, make_result
+from intention_kernel.testing.postgres import revoke_lease
 
 from .conftest import open_store
 
@@ -133,7 +134,7 @@ async def test_a_lost_lease_cancels_the_running_turn(dsn: str, schema: str) -> N
     store = await open_store(dsn, schema, lease_ttl=0.6, heartbeat_interval=0.1)
 
     async def parked(scope: TurnScope) -> None:
-        await store.revoke_lease("t1")
+        await revoke_lease(store, "t1")
         await asyncio.sleep(10)
 
     started = time.monotonic()

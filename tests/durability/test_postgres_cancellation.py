@@ -26,10 +26,9 @@ from intention_kernel.contracts.errors import (
 from intention_kernel.contracts.events import KernelEvent
 from intention_kernel.contracts.turns import DurableTurnResult
 from intention_kernel.durability._documents import encode_model
-from intention_kernel.durability._engine import TurnCommit
 from intention_kernel.durability._ledger import start_effect
+from intention_kernel.durability.engine import TurnCommit
 from intention_kernel.durability.postgres import PostgresDurability
-from intention_kernel.durability.postgres._lease import PgLease
 from intention_kernel.testing.conformance import (
     Provider,
     commit_simple,
@@ -145,14 +144,13 @@ async def test_a_cancel_while_the_turn_ends_its_lease_always_propagates(
             else:
                 await turn
     assert delivered > 0
-    assert not store._acquired
     other = await open_store(dsn, schema, lock_timeout=0.9)
     await commit_simple(other, "t1", "after")  # every lease was released all the same
     await other.close()
     await store.close()
 
 
-# 3. A cancel while the lease is being acquired leaves no lease held and no stash behind.
+# 3. A cancel while the lease is being acquired leaves no lease held.
 
 
 async def test_a_cancel_during_the_acquire_leaves_no_lease_behind(dsn: str, schema: str) -> None:
@@ -169,7 +167,6 @@ async def test_a_cancel_during_the_acquire_leaves_no_lease_behind(dsn: str, sche
             turn.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await turn
-    assert not store._acquired
     other = await open_store(dsn, schema, lock_timeout=2)
     started = time.monotonic()
     await commit_simple(other, "t1", "after")  # no orphan lease: well under the 30 s TTL
@@ -185,8 +182,7 @@ async def test_a_released_lease_refuses_a_late_write(dsn: str, schema: str) -> N
     store = await open_store(dsn, schema)
     identity = effect("k1")
     async with store.turn("t1", "turn-1") as scope:
-        lease = scope._lease
-        assert isinstance(lease, PgLease)
+        lease = scope._held()
         result = make_result(scope)
         receipt = start_effect(
             None, identity, thread_id="t1", turn_id="turn-1", now=datetime.now(UTC)
@@ -194,18 +190,18 @@ async def test_a_released_lease_refuses_a_late_write(dsn: str, schema: str) -> N
     assert await lease_released(dsn, schema, "t1")
     late = turn_commit(store, result)
     with pytest.raises(LeaseLostError):
-        await store._commit(lease, late)
+        await store.storage_commit(lease, late)
     with pytest.raises(LeaseLostError):
         await store._write_receipt(lease, receipt, None)
     with pytest.raises(LeaseLostError):
-        await store._begin_effect(lease, "turn-1", identity)
+        await store.storage_begin_effect(lease, "turn-1", identity)
     assert await store.get_turn("t1", "turn-1") is None
     assert await store.get_receipt("t1", identity.idempotency_key) is None
 
     other = await open_store(dsn, schema)
     taken, _, _ = await commit_simple(other, "t1", "turn-2")  # a takeover in between
     with pytest.raises(LeaseLostError):
-        await store._commit(lease, late)
+        await store.storage_commit(lease, late)
     head = await store.load_checkpoint("t1")
     assert head == taken.checkpoint  # never overwritten by the old token
     assert await store.get_turn("t1", "turn-1") is None
@@ -222,8 +218,7 @@ async def test_the_release_waits_for_a_write_still_in_flight(dsn: str, schema: s
                 None, identity, thread_id="t1", turn_id="turn-1", now=datetime.now(UTC)
             ).receipt
             busy = await store._pool.acquire()  # the open connection: the write opens another
-            lease = scope._lease
-            assert isinstance(lease, PgLease)
+            lease = scope._held()
             write = asyncio.ensure_future(store._write_receipt(lease, receipt, None))
             await asyncio.sleep(0)  # the write is on its way (connecting)
             await store._pool.release(busy)  # the release could take this one at once
@@ -296,11 +291,11 @@ async def test_a_repeated_commit_is_a_typed_conflict(dsn: str, schema: str) -> N
     store = await open_store(dsn, schema)
     await commit_simple(store, "t1", "turn-1")
     async with store.turn("t1", "turn-2") as scope:
-        lease = scope._lease
+        lease = scope._held()
         commit = turn_commit(store, make_result(scope))
-        await store._commit(lease, commit)
+        await store.storage_commit(lease, commit)
         with pytest.raises(TurnConflictError) as caught:
-            await store._commit(lease, commit)  # the head moved: it was this very commit
+            await store.storage_commit(lease, commit)  # the head moved: it was this very commit
         assert caught.value.code == ErrorCode.CHECKPOINT_REVISION_CONFLICT
     conn = await asyncpg.connect(dsn)
     try:  # set the head back behind the adapter: the turn row itself refuses the repeat
@@ -309,11 +304,11 @@ async def test_a_repeated_commit_is_a_typed_conflict(dsn: str, schema: str) -> N
         )
         async with store.turn("t1", "turn-3") as scope:
             with pytest.raises(TurnConflictError) as caught:
-                await store._commit(scope._lease, commit)
+                await store.storage_commit(scope._held(), commit)
             assert caught.value.code == ErrorCode.TURN_ALREADY_COMMITTED
             other = turn_commit(store, commit.result.model_copy(update={"turn_id": "turn-3"}))
             with pytest.raises(TurnConflictError) as caught:
-                await store._commit(scope._lease, other)  # the revision is taken
+                await store.storage_commit(scope._held(), other)  # the revision is taken
             assert caught.value.code == ErrorCode.CHECKPOINT_REVISION_CONFLICT
     finally:
         await conn.close()

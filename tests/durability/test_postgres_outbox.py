@@ -13,12 +13,12 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from intention_kernel.cli._app import run
 from intention_kernel.contracts.errors import ConfigurationError
 from intention_kernel.contracts.events import KernelEvent
 from intention_kernel.contracts.sinks import PublishOutcome
 from intention_kernel.durability.postgres import MIGRATIONS, PostgresDurability
 from intention_kernel.relay import OutboxRelay
-from intention_kernel.relay.cli import relay_main
 from intention_kernel.testing.conformance.outbox import (
     OutboxHarness,
     OutboxSourceConformance,
@@ -229,11 +229,12 @@ def test_the_relay_command_delivers_a_postgres_outbox(
     asyncio.run(seed())
     out = tmp_path / "events.jsonl"
     store_url = f"{dsn}{'&' if '?' in dsn else '?'}schema={pg_schema}&listen=1"
-    assert relay_main(["relay", "--store", store_url, "--sink", f"file://{out}", "--once"]) == 0
+    relay = ["outbox", "relay", "--store", store_url, "--sink", f"file://{out}", "--once"]
+    assert run(relay) == 0
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     assert [line["sequence"] for line in lines] == [0, 1, 2]
     capsys.readouterr()
-    assert relay_main(["stats", "--store", store_url]) == 0
+    assert run(["outbox", "stats", "--store", store_url, "--json"]) == 0
     stats = json.loads(capsys.readouterr().out)
     assert (stats["pending"], stats["delivered"], stats["blocked_threads"]) == (0, 3, 0)
 

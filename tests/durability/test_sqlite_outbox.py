@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from intention_kernel.cli._app import run
 from intention_kernel.durability.sqlite import SQLiteDurability
 from intention_kernel.durability.sqlite._schema import MIGRATIONS, SCHEMA_VERSION
-from intention_kernel.relay.cli import relay_main
 from intention_kernel.testing.conformance.outbox import (
     OutboxHarness,
     OutboxSourceConformance,
@@ -129,10 +129,10 @@ def test_the_relay_command_delivers_a_sqlite_outbox(
 
     asyncio.run(seed())
     store_url, sink_url = f"sqlite:///{path}", f"file://{out}"
-    assert relay_main(["relay", "--store", store_url, "--sink", sink_url, "--once"]) == 0
+    assert run(["outbox", "relay", "--store", store_url, "--sink", sink_url, "--once"]) == 0
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     assert [line["sequence"] for line in lines] == [0, 1, 2]
     capsys.readouterr()
-    assert relay_main(["stats", "--store", store_url]) == 0
+    assert run(["outbox", "stats", "--store", store_url, "--json"]) == 0
     stats = json.loads(capsys.readouterr().out)
     assert (stats["pending"], stats["delivered"], stats["blocked_threads"]) == (0, 3, 0)

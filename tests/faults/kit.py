@@ -31,6 +31,7 @@ from intention_kernel.contracts.receipts import EffectAuthority
 from intention_kernel.crashpoints import CrashPoint, kill_at, set_crash_hook
 from intention_kernel.durability.postgres import PostgresDurability
 from intention_kernel.testing.conformance import effect, make_events, make_result
+from intention_kernel.testing.postgres import UnfencedPostgresDurability
 
 __all__ = [
     "EVENTS",
@@ -188,6 +189,8 @@ class WorkerSpec:
     """``time.monotonic()`` after which no new turn starts (retries of the current one go on)."""
     options: dict[str, Any] = field(default_factory=lambda: dict(WORKER_OPTIONS))
     env: dict[str, str] = field(default_factory=dict)
+    unfenced: bool = False
+    """Run the deliberately broken store without fencing (the fault tests must catch it)."""
 
 
 def _append(path: str, record: dict[str, Any]) -> None:
@@ -209,7 +212,8 @@ def run_worker(spec: WorkerSpec) -> None:
 
 async def _worker(spec: WorkerSpec) -> None:
     pid = os.getpid()
-    store = await PostgresDurability.open(
+    kind = UnfencedPostgresDurability if spec.unfenced else PostgresDurability
+    store = await kind.open(
         spec.dsn,
         schema=spec.schema,
         lease_ttl=spec.lease_ttl,

@@ -10,6 +10,9 @@ Modes:
 - ``provider``: a tiny HTTP provider counting calls per idempotency key; at every call it checks
   in the database that a ``prepared`` receipt exists (invariant I5a). Prints its port, serves
   until stdin closes or ``lifetime`` seconds pass.
+
+With ``IK_PLANTED_BUG=prepare_after_call`` in the environment, the store carries that planted bug
+(``intention_kernel.testing.planted``): the crash campaign must catch it.
 """
 
 from __future__ import annotations
@@ -39,8 +42,22 @@ from intention_kernel.contracts import (
 )
 from intention_kernel.crashpoints import CrashPoint, kill_at, set_crash_hook
 from intention_kernel.durability.sqlite import SQLiteDurability
+from intention_kernel.testing.planted import PrepareAfterCall
 
 CAPABILITY = "test.call"
+
+
+class PlantedSQLite(PrepareAfterCall, SQLiteDurability):
+    """Calls the provider before ``prepared`` is recorded (a bug the campaign must catch)."""
+
+
+def _store_class() -> type[SQLiteDurability]:
+    planted = os.environ.get("IK_PLANTED_BUG")
+    if planted == "prepare_after_call":
+        return PlantedSQLite
+    if planted:
+        raise SystemExit(f"unknown planted bug {planted!r}")
+    return SQLiteDurability
 
 
 def _probe(path: str | None, event: str, turn: str) -> None:
@@ -61,7 +78,7 @@ def _call_provider(url: str, db: str, thread: str, key: str) -> Any:
 
 
 async def run_turns(spec: dict[str, Any]) -> None:
-    store = await SQLiteDurability.open(
+    store = await _store_class().open(
         spec["db"], lock_timeout=spec.get("lock_timeout", 30), lock_dir=spec.get("lock_dir")
     )
     thread: str = spec["thread"]

@@ -1,6 +1,6 @@
 """F9: a lease holder paused (SIGSTOP) past its TTL is fenced after another worker took over.
 
-The same run with fencing switched off (``IK_PLANTED_BUG=no_fencing``) must report violations,
+The same run with fencing switched off (``UnfencedPostgresDurability``) must report violations,
 or the test would prove nothing.
 """
 
@@ -34,7 +34,6 @@ TTL = 1.0
 def _paused_holder_run(dsn: str, schema: str, *, planted: bool) -> Report:
     name = "sigstop" + (" (planted bug: no fencing)" if planted else "")
     log = os.path.join(tempfile.mkdtemp(prefix="ik-stop-"), "log.jsonl")
-    env = {"IK_PLANTED_BUG": "no_fencing"} if planted else {}
     planned: list[TurnSpec] = []
     with ProviderProcess(dsn, schema) as provider, reporting(Report(name)) as report:
         for rep in range(2 * fault_scale()):
@@ -53,7 +52,7 @@ def _paused_holder_run(dsn: str, schema: str, *, planted: bool) -> Report:
                     crash_point=point,
                     crash_signal=signal.SIGSTOP,
                     lease_ttl=TTL,
-                    env=env,
+                    unfenced=planted,
                 )
 
             stale = start_worker(spec(stale_turn, CrashPoint.CHECKPOINT_LOADED))

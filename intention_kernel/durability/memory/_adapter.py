@@ -13,27 +13,22 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from pydantic import JsonValue
-
 from ...contracts.checkpoint import KernelCheckpoint
 from ...contracts.codec import DEFAULT_LIMITS, JsonLimits
 from ...contracts.errors import DurabilityError, ErrorCode, LeaseLostError
 from ...contracts.events import KernelEvent, StoredEvent
-from ...contracts.ids import validate_idempotency_key, validate_thread_id, validate_turn_id
 from ...contracts.receipts import (
     EffectIdentity,
     EffectReceipt,
     ReceiptStatus,
-    ReconcileOutcome,
     ReconciliationRecord,
 )
 from ...contracts.turns import DurableTurnResult
 from ...crashpoints import CrashPoint, crash_point
 from .. import _turns
 from .._documents import decode_model, decode_turn, encode_model, is_pruned
-from .._engine import DurabilityEngine, Lease, StoredTurn, TurnCommit
 from .._ledger import EffectStart, resolve_uncertain, start_effect
-from .._listing import check_limit
+from ..engine import DurabilityEngine, Lease, OpenedTurn, Reconciliation, StoredTurn, TurnCommit
 from ._inspect import MemoryInspection
 from ._outbox import Delivery, MemoryOutboxSource
 
@@ -63,7 +58,7 @@ class MemoryStore:
     committed_at: dict[tuple[str, str], datetime] = field(default_factory=dict)
 
 
-class MemoryDurability(DurabilityEngine, MemoryOutboxSource, MemoryInspection):
+class MemoryDurability(MemoryOutboxSource, MemoryInspection, DurabilityEngine[Lease]):
     """In-process durability for tests. Implements every rule of the contract in one process,
     and ``OutboxSource`` for the relay."""
 
@@ -77,21 +72,22 @@ class MemoryDurability(DurabilityEngine, MemoryOutboxSource, MemoryInspection):
         super().__init__(lock_timeout=lock_timeout, json_limits=json_limits)
         self.store = store if store is not None else MemoryStore()
 
-    def revoke_lease(self, thread_id: str) -> None:
-        """Test helper: act as if another holder took the thread over (bumps the epoch)."""
-        self.store.epochs[thread_id] = self.store.epochs.get(thread_id, 0) + 1
-
-    # ---------------------------------------------------------------- primitives
-
-    async def _find_turn(self, thread_id: str, turn_id: str) -> StoredTurn | None:
-        row = self.store.turns.get((thread_id, turn_id))
-        if row is None:
-            return None
-        result = decode_turn(row.result_json, thread_id=thread_id, turn_id=turn_id)
-        return StoredTurn(result, row.fingerprint)
+    # ---------------------------------------------------------------- turns
 
     @asynccontextmanager
-    async def _lease(self, thread_id: str) -> AsyncIterator[Lease]:
+    async def storage_open_turn(
+        self, thread_id: str, turn_id: str
+    ) -> AsyncIterator[OpenedTurn[Lease]]:
+        prior = self._read_turn(thread_id, turn_id)
+        if prior is not None:
+            yield OpenedTurn(prior, None)
+            return
+        async with self.storage_lease(thread_id) as lease:
+            prior = self._read_turn(thread_id, turn_id)
+            yield OpenedTurn(prior, lease, self._head(thread_id))
+
+    @asynccontextmanager
+    async def storage_lease(self, thread_id: str) -> AsyncIterator[Lease]:
         lock = self.store.locks.setdefault(thread_id, asyncio.Lock())
         try:
             # Not ``wait_for``: on Python 3.11 it returns a result that raced a cancellation
@@ -119,17 +115,25 @@ class MemoryDurability(DurabilityEngine, MemoryOutboxSource, MemoryInspection):
                 context={"thread_id": lease.thread_id, "epoch": lease.epoch, "current": current}
             )
 
-    async def _load(
-        self, lease: Lease, turn_id: str
-    ) -> tuple[StoredTurn | None, KernelCheckpoint | None]:
-        prior = await self._find_turn(lease.thread_id, turn_id)
-        return prior, await self.load_checkpoint(lease.thread_id)
+    def _read_turn(self, thread_id: str, turn_id: str) -> StoredTurn | None:
+        row = self.store.turns.get((thread_id, turn_id))
+        if row is None:
+            return None
+        result = decode_turn(row.result_json, thread_id=thread_id, turn_id=turn_id)
+        return StoredTurn(result, row.fingerprint)
 
-    async def _begin_effect(
+    def _head(self, thread_id: str) -> KernelCheckpoint | None:
+        head = self.store.heads.get(thread_id)
+        if head is None:
+            return None
+        turn = self._read_turn(thread_id, head[1])
+        return None if turn is None else turn.result.checkpoint
+
+    async def storage_begin_effect(
         self, lease: Lease, turn_id: str, identity: EffectIdentity
     ) -> EffectStart:
         self._fence(lease)
-        existing = await self.get_receipt(lease.thread_id, identity.idempotency_key)
+        existing = self._receipt(lease.thread_id, identity.idempotency_key)
         start = start_effect(
             existing, identity, thread_id=lease.thread_id, turn_id=turn_id, now=self._now()
         )
@@ -137,7 +141,7 @@ class MemoryDurability(DurabilityEngine, MemoryOutboxSource, MemoryInspection):
             self._put_receipt(start.receipt)
         return start
 
-    async def _finish_effect(
+    async def storage_finish_effect(
         self, lease: Lease, receipt: EffectReceipt, value_json: str | None
     ) -> None:
         self._fence(lease)
@@ -147,7 +151,13 @@ class MemoryDurability(DurabilityEngine, MemoryOutboxSource, MemoryInspection):
         key = (receipt.thread_id, receipt.idempotency_key)
         self.store.receipts[key] = encode_model(receipt, limits=self.json_limits, what="receipt")
 
-    async def _commit(self, lease: Lease, commit: TurnCommit) -> None:
+    def _receipt(self, thread_id: str, idempotency_key: str) -> EffectReceipt | None:
+        text = self.store.receipts.get((thread_id, idempotency_key))
+        if text is None:
+            return None
+        return decode_model(EffectReceipt, text, what="receipt", thread_id=thread_id)
+
+    async def storage_commit(self, lease: Lease, commit: TurnCommit) -> None:
         thread_id, turn_id = commit.thread_id, commit.turn_id
         self._fence(lease)
         if (thread_id, turn_id) in self.store.turns:
@@ -164,28 +174,20 @@ class MemoryDurability(DurabilityEngine, MemoryOutboxSource, MemoryInspection):
         self.store.heads[thread_id] = (revision, turn_id)
         self.store.outbox.extend(commit.events_json)
 
-    async def _reconcile(
-        self,
-        thread_id: str,
-        idempotency_key: str,
-        outcome: ReconcileOutcome,
-        *,
-        value: JsonValue,
-        note: str,
-        actor: str,
-        lease: Lease | None,
+    async def storage_reconcile(
+        self, decision: Reconciliation, lease: Lease | None
     ) -> EffectReceipt:
         if lease is not None:
             self._fence(lease)
-        existing = await self.get_receipt(thread_id, idempotency_key)
+        existing = self._receipt(decision.thread_id, decision.idempotency_key)
         receipt, record = resolve_uncertain(
             existing,
-            outcome,
-            thread_id=thread_id,
-            idempotency_key=idempotency_key,
-            value=value,
-            note=note,
-            actor=actor,
+            decision.outcome,
+            thread_id=decision.thread_id,
+            idempotency_key=decision.idempotency_key,
+            value=decision.value,
+            note=decision.note,
+            actor=decision.actor,
             now=self._now(),
             holds_lease=lease is not None,
         )
@@ -193,30 +195,20 @@ class MemoryDurability(DurabilityEngine, MemoryOutboxSource, MemoryInspection):
         self.store.reconciliations.append(encode_model(record, what="reconciliation"))
         return receipt
 
-    async def _close(self) -> None:
+    async def storage_close(self) -> None:
         return None
 
     # ---------------------------------------------------------------- reading back
 
-    async def load_checkpoint(self, thread_id: str) -> KernelCheckpoint | None:
-        validate_thread_id(thread_id)
-        head = self.store.heads.get(thread_id)
-        if head is None:
-            return None
-        turn = await self._find_turn(thread_id, head[1])
-        return None if turn is None else turn.result.checkpoint
+    async def storage_read_turn(self, thread_id: str, turn_id: str) -> StoredTurn | None:
+        return self._read_turn(thread_id, turn_id)
 
-    async def get_turn(self, thread_id: str, turn_id: str) -> DurableTurnResult | None:
-        validate_thread_id(thread_id)
-        validate_turn_id(turn_id)
-        turn = await self._find_turn(thread_id, turn_id)
-        return None if turn is None else turn.result
+    async def storage_load_checkpoint(self, thread_id: str) -> KernelCheckpoint | None:
+        return self._head(thread_id)
 
-    async def list_turns(
-        self, thread_id: str, *, after_revision: int = 0, limit: int = 100
+    async def storage_list_turns(
+        self, thread_id: str, after_revision: int, limit: int
     ) -> list[DurableTurnResult]:
-        validate_thread_id(thread_id)
-        check_limit(limit)
         rows = sorted(
             (row.revision, turn_id)
             for (t, turn_id), row in self.store.turns.items()
@@ -224,44 +216,34 @@ class MemoryDurability(DurabilityEngine, MemoryOutboxSource, MemoryInspection):
         )
         results = []
         for _, turn_id in rows[:limit]:
-            turn = await self._find_turn(thread_id, turn_id)
+            turn = self._read_turn(thread_id, turn_id)
             assert turn is not None
             results.append(turn.result)
         return results
 
-    async def get_receipt(self, thread_id: str, idempotency_key: str) -> EffectReceipt | None:
-        validate_thread_id(thread_id)
-        validate_idempotency_key(idempotency_key)
-        text = self.store.receipts.get((thread_id, idempotency_key))
-        if text is None:
-            return None
-        return decode_model(EffectReceipt, text, what="receipt", thread_id=thread_id)
+    async def storage_get_receipt(
+        self, thread_id: str, idempotency_key: str
+    ) -> EffectReceipt | None:
+        return self._receipt(thread_id, idempotency_key)
 
-    async def list_receipts(
-        self,
-        *,
-        status: ReceiptStatus | None = None,
-        thread_id: str | None = None,
-        limit: int = 100,
+    async def storage_list_receipts(
+        self, status: ReceiptStatus | None, thread_id: str | None, limit: int
     ) -> list[EffectReceipt]:
-        check_limit(limit)
-        if thread_id is not None:
-            validate_thread_id(thread_id)
         receipts = [
             decode_model(EffectReceipt, text, what="receipt", thread_id=t)
             for (t, _), text in self.store.receipts.items()
             if thread_id is None or t == thread_id
         ]
-        if status is not None and ReceiptStatus(status) is ReceiptStatus.UNCERTAIN:
+        if status is ReceiptStatus.UNCERTAIN:
             # Also interrupted ``prepared`` receipts (no live lease holder), as stored.
             chosen = [r for r in receipts if self._awaits_operator(r)]
         else:
-            chosen = [r for r in receipts if status is None or r.status is ReceiptStatus(status)]
+            chosen = [r for r in receipts if status is None or r.status is status]
         chosen.sort(key=lambda r: (r.updated_at, r.id))
         return chosen[:limit]
 
-    async def reconciliations(
-        self, *, thread_id: str | None = None, idempotency_key: str | None = None
+    async def storage_reconciliations(
+        self, thread_id: str | None, idempotency_key: str | None
     ) -> list[ReconciliationRecord]:
         records = [
             decode_model(ReconciliationRecord, text, what="reconciliation")
@@ -274,15 +256,9 @@ class MemoryDurability(DurabilityEngine, MemoryOutboxSource, MemoryInspection):
             and (idempotency_key is None or r.idempotency_key == idempotency_key)
         ]
 
-    async def read_outbox(
-        self,
-        *,
-        thread_id: str | None = None,
-        turn_id: str | None = None,
-        after_position: int = 0,
-        limit: int = 1000,
+    async def storage_read_outbox(
+        self, thread_id: str | None, turn_id: str | None, after_position: int, limit: int
     ) -> list[StoredEvent]:
-        check_limit(limit, maximum=10_000)
         events: list[StoredEvent] = []
         for position, text in enumerate(self.store.outbox, start=1):
             if position <= after_position or text is None:

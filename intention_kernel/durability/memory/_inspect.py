@@ -10,14 +10,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from ...contracts.errors import InvalidInputError
-from ...contracts.ids import validate_thread_id
 from ...contracts.inspect import LeaseInfo, PruneReport, SchemaInfo, StoreStatus, ThreadSummary
 from ...contracts.receipts import EffectReceipt, ReceiptStatus
 from ...contracts.turns import DurableTurnResult
 from .._documents import PRUNED_TURN, decode_model, is_pruned
 from .._ledger import needs_operator
-from .._listing import check_limit
 
 if TYPE_CHECKING:
     from ._adapter import MemoryStore
@@ -46,10 +43,9 @@ class MemoryInspection:
     def _thread_ids(self) -> set[str]:
         return set(self.store.heads) | {thread for thread, _ in self.store.receipts}
 
-    async def list_threads(
-        self, *, prefix: str | None = None, after: str | None = None, limit: int = 100
+    async def storage_list_threads(
+        self, prefix: str | None, after: str | None, limit: int
     ) -> list[ThreadSummary]:
-        check_limit(limit)
         ids = sorted(
             t
             for t in self._thread_ids()
@@ -84,7 +80,7 @@ class MemoryInspection:
             )
         return rows
 
-    async def store_status(self) -> StoreStatus:
+    async def storage_status(self) -> StoreStatus:
         deliveries = [self.store.deliveries.get(p) for p in range(1, len(self.store.outbox) + 1)]
         live = [
             d for p, d in enumerate(deliveries, start=1) if self.store.outbox[p - 1] is not None
@@ -99,11 +95,10 @@ class MemoryInspection:
             backend="memory",
         )
 
-    async def schema_info(self) -> SchemaInfo:
+    async def storage_schema_info(self) -> SchemaInfo:
         return SchemaInfo(version=0, supported=0)
 
-    async def lease_info(self, thread_id: str) -> LeaseInfo:
-        validate_thread_id(thread_id)
+    async def storage_lease_info(self, thread_id: str) -> LeaseInfo:
         return LeaseInfo(
             thread_id=thread_id,
             held=self._lease_held(thread_id),
@@ -111,9 +106,7 @@ class MemoryInspection:
             mechanism="asyncio.Lock in this process",
         )
 
-    async def prune_records(self, *, older_than: datetime, dry_run: bool = False) -> PruneReport:
-        if older_than.tzinfo is None:
-            raise InvalidInputError("older_than must be timezone-aware")
+    async def storage_prune_records(self, older_than: datetime, dry_run: bool) -> PruneReport:
         report = PruneReport(cutoff=older_than, dry_run=dry_run)
         live = {(r.thread_id, r.turn_id) for r in self._receipts() if r.status in _LIVE}
         live |= {(thread, head[1]) for thread, head in self.store.heads.items()}

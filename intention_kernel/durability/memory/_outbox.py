@@ -6,15 +6,14 @@ stored JSON. Each method runs without awaiting, so it is atomic within one event
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from ...contracts.errors import InvalidInputError
 from ...contracts.events import KernelEvent, StoredEvent
 from ...contracts.outbox import OutboxStats
 from .._documents import decode_model
+from .._outbox_rules import Candidate, claimable, failed_attempt
 
 if TYPE_CHECKING:
     from ._adapter import MemoryStore
@@ -49,16 +48,6 @@ class Delivery:
     def unclaim(self) -> None:
         self.claimed_by = None
         self.claimed_until = None
-
-
-def _check_relay_id(relay_id: str) -> None:
-    if not isinstance(relay_id, str) or not relay_id or len(relay_id) > 200:
-        raise InvalidInputError("relay_id must be a non-empty string of at most 200 characters")
-
-
-def _check_seconds(value: float, name: str) -> None:
-    if not isinstance(value, int | float) or value < 0:
-        raise InvalidInputError(f"{name} must be a number of seconds >= 0")
 
 
 class MemoryOutboxSource:
@@ -115,28 +104,16 @@ class MemoryOutboxSource:
 
     # ---------------------------------------------------------------- OutboxSource
 
-    async def claim(self, relay_id: str, *, limit: int, lease: float) -> list[StoredEvent]:
-        _check_relay_id(relay_id)
-        _check_seconds(lease, "lease")
-        if not isinstance(limit, int) or limit < 1:
-            raise InvalidInputError("limit must be a positive integer")
+    async def storage_claim(self, relay_id: str, limit: int, lease: float) -> list[StoredEvent]:
         now = self._now()
+        candidates = (
+            Candidate(p, d.thread_id, d.dead, d.claimed_until, d.next_attempt_at)
+            for p in range(self._advance_floor(), len(self.store.outbox) + 1)
+            if (d := self._delivery(p)) is not None and d.delivered_at is None
+        )
         until = now + timedelta(seconds=lease)
-        held_back: set[str] = set()
-        chosen: list[int] = []
-        for position in range(self._advance_floor(), len(self.store.outbox) + 1):
-            if len(chosen) >= limit:
-                break
-            state = self._delivery(position)
-            if state is None or state.delivered_at is not None or state.thread_id in held_back:
-                continue
-            due = state.next_attempt_at is None or state.next_attempt_at <= now
-            if state.dead or state.claimed(now) or not due:
-                held_back.add(state.thread_id)
-                continue
-            chosen.append(position)
         claimed: list[StoredEvent] = []
-        for position in chosen:
+        for position in claimable(candidates, now=now, limit=limit):
             state = self.store.deliveries[position]
             state.claimed_by, state.claimed_until = relay_id, until
             stored = self._stored(position)
@@ -144,8 +121,7 @@ class MemoryOutboxSource:
             claimed.append(stored)
         return claimed
 
-    async def mark_delivered(self, relay_id: str, positions: Sequence[int]) -> int:
-        _check_relay_id(relay_id)
+    async def storage_mark_delivered(self, relay_id: str, positions: list[int]) -> int:
         now = self._now()
         changed = 0
         for position in positions:
@@ -158,34 +134,36 @@ class MemoryOutboxSource:
             changed += 1
         return changed
 
-    async def record_failure(
+    async def storage_record_failure(
         self,
         relay_id: str,
         position: int,
-        *,
         error: str,
         retry_in: float,
         max_attempts: int,
-        permanent: bool = False,
+        permanent: bool,
     ) -> StoredEvent | None:
-        _check_relay_id(relay_id)
-        _check_seconds(retry_in, "retry_in")
         now = self._now()
         state = self._delivery_at(position)
         if state is None or state.done or not state.held_by(relay_id, now):
             return None
-        state.attempts += 1
-        state.last_error = error[:2000]
+        after = failed_attempt(
+            state.attempts,
+            max_attempts=max_attempts,
+            permanent=permanent,
+            retry_in=retry_in,
+            now=now,
+        )
+        state.attempts, state.dead, state.next_attempt_at = (
+            after.attempts,
+            after.dead,
+            after.next_attempt_at,
+        )
+        state.last_error = error
         state.unclaim()
-        if permanent or state.attempts >= max_attempts:
-            state.dead = True
-            state.next_attempt_at = None
-        else:
-            state.next_attempt_at = now + timedelta(seconds=retry_in)
         return self._stored(position)
 
-    async def release(self, relay_id: str, positions: Sequence[int]) -> int:
-        _check_relay_id(relay_id)
+    async def storage_release(self, relay_id: str, positions: list[int]) -> int:
         now = self._now()
         released = 0
         for position in positions:
@@ -195,9 +173,7 @@ class MemoryOutboxSource:
                 released += 1
         return released
 
-    async def requeue(
-        self, positions: Sequence[int] | None = None, *, thread_id: str | None = None
-    ) -> int:
+    async def storage_requeue(self, positions: list[int] | None, thread_id: str | None) -> int:
         candidates = range(1, len(self.store.outbox) + 1) if positions is None else positions
         requeued = 0
         for position in candidates:
@@ -214,7 +190,7 @@ class MemoryOutboxSource:
             requeued += 1
         return requeued
 
-    async def dead_letters(self, *, limit: int = 100) -> list[StoredEvent]:
+    async def storage_dead_letters(self, limit: int) -> list[StoredEvent]:
         dead: list[StoredEvent] = []
         for position, state in sorted(self.store.deliveries.items()):
             if len(dead) >= limit:
@@ -225,8 +201,7 @@ class MemoryOutboxSource:
                     dead.append(stored)
         return dead
 
-    async def prune(self, older_than: float) -> int:
-        _check_seconds(older_than, "older_than")
+    async def storage_prune_outbox(self, older_than: float) -> int:
         cutoff = self._now() - timedelta(seconds=older_than)
         pruned = 0
         for position, state in list(self.store.deliveries.items()):
@@ -236,7 +211,7 @@ class MemoryOutboxSource:
                 pruned += 1
         return pruned
 
-    async def outbox_stats(self) -> OutboxStats:
+    async def storage_outbox_stats(self) -> OutboxStats:
         now = self._now()
         pending = claimed = dead = delivered = 0
         blocked: set[str] = set()
@@ -259,6 +234,6 @@ class MemoryOutboxSource:
         return OutboxStats(pending, claimed, dead, delivered, age, blocked_threads=len(blocked))
 
     def _delivery_at(self, position: int) -> Delivery | None:
-        if not isinstance(position, int) or not 1 <= position <= len(self.store.outbox):
+        if not 1 <= position <= len(self.store.outbox):
             return None
         return self._delivery(position)

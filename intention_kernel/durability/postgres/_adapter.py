@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import random
 from collections.abc import AsyncIterator, Callable, Coroutine, Generator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import asyncpg
-from pydantic import JsonValue
 
 from ...contracts.checkpoint import KernelCheckpoint
 from ...contracts.codec import DEFAULT_LIMITS, JsonLimits
@@ -25,19 +23,14 @@ from ...contracts.errors import (
     LeaseLostError,
     TurnConflictError,
 )
-from ...contracts.receipts import (
-    EffectIdentity,
-    EffectReceipt,
-    ReceiptStatus,
-    ReconcileOutcome,
-)
+from ...contracts.receipts import EffectIdentity, EffectReceipt, ReceiptStatus
 from ...contracts.turns import DurableTurnResult
 from ...crashpoints import CrashPoint, crash_point
 from .. import _turns
 from .._documents import decode_model, decode_own_model, decode_turn, encode_model
-from .._engine import DurabilityEngine, Lease, StoredTurn, TurnCommit
 from .._ledger import EffectStart, resolve_uncertain, start_effect
 from .._settle import settle
+from ..engine import DurabilityEngine, OpenedTurn, Reconciliation, StoredTurn, TurnCommit
 from . import _schema
 from ._errors import bounded, retrying, translated
 from ._inspect import PostgresInspection
@@ -56,17 +49,16 @@ _WRITTEN_HEADS = 4096
 """How many threads' last committed result texts are remembered (see ``_head``)."""
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class _Acquired:
-    """What one acquire statement returned, kept for ``_lease``/``_load`` of the same turn."""
+    """What one acquire statement returned."""
 
-    turn_id: str
     lease: PgLease | None
     trusted: bool
+    """The row's checkpoint is current (see ``_try_acquire``): no ``load`` statement needed."""
     row: Any
     sent: float
     """Loop time the statement was sent: the lease is proven held until ``sent + ttl``."""
-    claimed: bool = False
 
 
 async def _keep_session(conn: Any) -> None:
@@ -97,14 +89,18 @@ class PostgresDurability(
     PostgresOutboxSource,
     PostgresOutboxNotifier,
     PostgresReads,
-    DurabilityEngine,
     PostgresInspection,
+    DurabilityEngine[PgLease],
 ):
     """PostgreSQL durability: lease rows with fencing, one-statement commits.
 
     Open with ``PostgresDurability.open("postgresql://...")`` or ``open(pool)``; create the
     tables with ``setup()`` (or ``open(..., setup=True)``); ``open`` verifies the schema.
     """
+
+    _fenced: ClassVar[bool] = True
+    """Writes check the lease token and a lost lease cancels the turn. Only a test subclass
+    turns it off, to show that the fault tests detect the missing fencing."""
 
     def __init__(
         self,
@@ -136,11 +132,8 @@ class PostgresDurability(
         """Longest any statement (with its wait for a pooled connection) may take."""
         self._pool = pool
         self._owns_pool = owns_pool
-        # Test-only planted bug for fault tests: writes do not check the lease epoch.
-        self._fencing = os.environ.get("IK_PLANTED_BUG") != "no_fencing"
-        self._sql = Statements.render(self.schema, fencing=self._fencing)
+        self._sql = Statements.render(self.schema, fencing=self._fenced)
         self._outbox_sql = OutboxStatements(self.schema)
-        self._acquired: dict[tuple[str, int], _Acquired] = {}
         # thread id -> the result text this process last committed on it. A head whose stored
         # text is equal to it was written by our own encoder (see ``decode_own_model``).
         self._written: dict[str, str] = {}
@@ -230,6 +223,7 @@ class PostgresDurability(
 
     async def setup(self) -> int:
         """Create or upgrade the tables (idempotent, serialized across processes)."""
+        self._check_open()
         with translated():
             async with self._pool.acquire() as conn:
                 return await _schema.migrate(conn, self.schema)
@@ -238,6 +232,7 @@ class PostgresDurability(
 
     async def verify(self) -> int:
         """Refuse a missing or newer schema; note a server ``synchronous_commit`` default."""
+        self._check_open()
         with translated():
             async with self._pool.acquire() as conn:
                 version = await _schema.verify(conn, self.schema)
@@ -250,9 +245,10 @@ class PostgresDurability(
             )
         return version
 
-    async def revoke_lease(self, thread_id: str) -> None:
-        """Test helper: act as a new holder taking the thread over (bumps the epoch)."""
-        await self._execute(self._sql.revoke, thread_id)
+    @property
+    def pool(self) -> Any:
+        """The asyncpg pool of the store, for tools that work on the same schema."""
+        return self._pool
 
     # ---------------------------------------------------------------- statements
 
@@ -287,9 +283,6 @@ class PostgresDurability(
 
     # ---------------------------------------------------------------- lease
 
-    def _key(self, thread_id: str) -> tuple[str, int]:
-        return thread_id, id(asyncio.current_task())
-
     async def _try_acquire(
         self, thread_id: str, turn_id: str, *, skip_committed: bool
     ) -> _Acquired:
@@ -321,7 +314,7 @@ class PostgresDurability(
         trusted = lease is not None and (
             (row["seen_rows"] == 0 and lease.epoch == 1) or row["released_epoch"] == lease.epoch - 1
         )
-        return _Acquired(turn_id, lease, trusted, row, sent)
+        return _Acquired(lease, trusted, row, sent)
 
     async def _give_back(self, thread_id: str, owner: str) -> None:
         """Release the lease the acquisition by ``owner`` may have taken, to the end of the
@@ -338,34 +331,12 @@ class PostgresDurability(
         if cancel is not None:
             raise cancel
 
-    def _unclaimed(self, key: tuple[str, int], acquired: _Acquired) -> None:
-        """``_lease`` takes the stash of ``_find_turn`` in the same step; one still unclaimed
-        an event-loop iteration later was abandoned (its caller failed or was cancelled in
-        between): drop it and release its lease rather than leave it held until its TTL."""
-        if acquired.claimed or self._acquired.get(key) is not acquired:
-            return
-        del self._acquired[key]
-        if acquired.lease is not None:
-            self._spawn(self._release(acquired.lease))
-
     def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         """A task that may outlive its caller; kept referenced, and awaited by ``close``."""
         task = asyncio.get_running_loop().create_task(work)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
         return task
-
-    async def _find_turn(self, thread_id: str, turn_id: str) -> StoredTurn | None:
-        """One statement: the committed turn (replay, no lease) or the lease and the
-        checkpoint for a new turn."""
-        acquired = await self._try_acquire(thread_id, turn_id, skip_committed=True)
-        prior = self._stored_turn(acquired.row, thread_id, turn_id)
-        if prior is not None:
-            return prior
-        key = self._key(thread_id)
-        self._acquired[key] = acquired
-        asyncio.get_running_loop().call_soon(self._unclaimed, key, acquired)
-        return None
 
     async def _wait_for_lease(self, thread_id: str, turn_id: str) -> _Acquired:
         loop = asyncio.get_running_loop()
@@ -387,24 +358,42 @@ class PostgresDurability(
             delay = min(delay * 2, 0.25)
 
     @asynccontextmanager
-    async def _lease(self, thread_id: str) -> AsyncIterator[Lease]:
-        key = self._key(thread_id)
-        acquired = self._acquired.pop(key, None)
-        if acquired is None or acquired.lease is None:
-            turn_id = "" if acquired is None else acquired.turn_id
+    async def storage_open_turn(
+        self, thread_id: str, turn_id: str
+    ) -> AsyncIterator[OpenedTurn[PgLease]]:
+        """One statement: the committed turn (replay, no lease taken) or the lease with the
+        checkpoint; a ``load`` statement only when that checkpoint may be stale."""
+        acquired = await self._try_acquire(thread_id, turn_id, skip_committed=True)
+        prior = self._stored_turn(acquired.row, thread_id, turn_id)
+        if prior is not None:
+            yield OpenedTurn(prior, None)
+            return
+        if acquired.lease is None:
             acquired = await self._wait_for_lease(thread_id, turn_id)
-        acquired.claimed = True
+        # No suspension between taking the lease and entering ``_holding``: a cancel cannot
+        # leave it held.
+        async with self._holding(acquired) as lease:
+            row = acquired.row
+            if not acquired.trusted:
+                row = await self._fetchrow(self._sql.load, thread_id, turn_id)
+            yield OpenedTurn(
+                self._stored_turn(row, thread_id, turn_id), lease, self._head(row, thread_id)
+            )
+
+    @asynccontextmanager
+    async def storage_lease(self, thread_id: str) -> AsyncIterator[PgLease]:
+        async with self._holding(await self._wait_for_lease(thread_id, "")) as lease:
+            yield lease
+
+    @asynccontextmanager
+    async def _holding(self, acquired: _Acquired) -> AsyncIterator[PgLease]:
+        """Hold an acquired lease for the block: renewed by a heartbeat, released after."""
         lease = acquired.lease
         assert lease is not None
-        if acquired.trusted:
-            self._acquired[key] = acquired
         task = asyncio.current_task()
         assert task is not None
         heartbeat = Heartbeat(
-            lambda: self._renew(lease),
-            self.lease_settings,
-            task,
-            detect_loss=self._fencing,
+            lambda: self._renew(lease), self.lease_settings, task, detect_loss=self._fenced
         )
         heartbeat.start(acquired.sent)
         try:
@@ -414,11 +403,10 @@ class PostgresDurability(
                 task.uncancel()
                 raise LeaseLostError(
                     "the thread lease was lost while the turn ran; the turn was cancelled",
-                    context={"thread_id": thread_id, "epoch": lease.epoch},
+                    context={"thread_id": lease.thread_id, "epoch": lease.epoch},
                 ) from exc
             raise
         finally:
-            self._acquired.pop(key, None)
             heartbeat.halt()  # now, so that it cannot cancel this task any more
             if heartbeat.lost and task.cancelling():
                 task.uncancel()
@@ -482,23 +470,7 @@ class PostgresDurability(
             del written[next(iter(written))]  # the least recently committed thread
         written[thread_id] = text
 
-    async def _load(
-        self, lease: Lease, turn_id: str
-    ) -> tuple[StoredTurn | None, KernelCheckpoint | None]:
-        acquired = self._acquired.pop(self._key(lease.thread_id), None)
-        if (
-            acquired is not None
-            and acquired.lease is lease
-            and acquired.trusted
-            and acquired.turn_id == turn_id
-        ):
-            row = acquired.row
-        else:
-            row = await self._fetchrow(self._sql.load, lease.thread_id, turn_id)
-        return self._stored_turn(row, lease.thread_id, turn_id), self._head(row, lease.thread_id)
-
-    async def _commit(self, lease: Lease, commit: TurnCommit) -> None:
-        assert isinstance(lease, PgLease)
+    async def storage_commit(self, lease: PgLease, commit: TurnCommit) -> None:
         thread_id, turn_id, loaded_revision = (
             commit.thread_id,
             commit.turn_id,
@@ -546,10 +518,9 @@ class PostgresDurability(
 
     # ---------------------------------------------------------------- effects
 
-    async def _begin_effect(
-        self, lease: Lease, turn_id: str, identity: EffectIdentity
+    async def storage_begin_effect(
+        self, lease: PgLease, turn_id: str, identity: EffectIdentity
     ) -> EffectStart:
-        assert isinstance(lease, PgLease)
         thread_id, key = lease.thread_id, identity.idempotency_key
         for _ in range(5):
             row = await self._fetchrow(
@@ -579,10 +550,9 @@ class PostgresDurability(
             context={"thread_id": thread_id, "idempotency_key": key},
         )
 
-    async def _finish_effect(
-        self, lease: Lease, receipt: EffectReceipt, value_json: str | None
+    async def storage_finish_effect(
+        self, lease: PgLease, receipt: EffectReceipt, value_json: str | None
     ) -> None:
-        assert isinstance(lease, PgLease)
         if not await self._write_receipt(lease, receipt, str(ReceiptStatus.PREPARED)):
             raise DurabilityError(
                 "the receipt changed while its effect ran; its outcome was not recorded",
@@ -617,19 +587,11 @@ class PostgresDurability(
             )
         return bool(row["written"])
 
-    async def _reconcile(
-        self,
-        thread_id: str,
-        idempotency_key: str,
-        outcome: ReconcileOutcome,
-        *,
-        value: JsonValue,
-        note: str,
-        actor: str,
-        lease: Lease | None,
+    async def storage_reconcile(
+        self, decision: Reconciliation, lease: PgLease | None
     ) -> EffectReceipt:
         s = f'"{self.schema}"'
-        assert lease is None or isinstance(lease, PgLease)
+        thread_id, idempotency_key = decision.thread_id, decision.idempotency_key
 
         async def transaction() -> EffectReceipt:
             async with self._pool.acquire() as conn, conn.transaction():
@@ -655,12 +617,12 @@ class PostgresDurability(
                 )
                 receipt, record = resolve_uncertain(
                     existing,
-                    outcome,
+                    decision.outcome,
                     thread_id=thread_id,
                     idempotency_key=idempotency_key,
-                    value=value,
-                    note=note,
-                    actor=actor,
+                    value=decision.value,
+                    note=decision.note,
+                    actor=decision.actor,
                     now=self._now(),
                     holds_lease=lease is not None,
                 )
@@ -684,7 +646,7 @@ class PostgresDurability(
 
         return await retrying(transaction)
 
-    async def _close(self) -> None:
+    async def storage_close(self) -> None:
         if self._background:  # lease releases of cancelled turns, before the pool goes
             await asyncio.wait(self._background, timeout=self._release_timeout + 1)
         await self._stop_listener()

@@ -13,11 +13,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from ...contracts.errors import InvalidInputError
-from ...contracts.ids import validate_thread_id
 from ...contracts.inspect import LeaseInfo, PruneReport, SchemaInfo, StoreStatus, ThreadSummary
 from .._documents import PRUNED_TURN
-from .._listing import check_limit
 from ._errors import translated
 from ._schema import MIGRATIONS
 
@@ -58,12 +55,12 @@ async def schema_info_of(conn: Any, schema: str) -> SchemaInfo:
 
 
 class PostgresInspection:
+    """The operator hooks of the engine (arguments already checked)."""
+
     schema: str
 
     if TYPE_CHECKING:
         _pool: Any
-
-        def _check_open(self) -> None: ...
 
     @property
     def _s(self) -> str:
@@ -77,11 +74,9 @@ class PostgresInspection:
         )
         return int(found) == 2
 
-    async def list_threads(
-        self, *, prefix: str | None = None, after: str | None = None, limit: int = 100
+    async def storage_list_threads(
+        self, prefix: str | None, after: str | None, limit: int
     ) -> list[ThreadSummary]:
-        check_limit(limit)
-        self._check_open()
         s = self._s
         with translated():
             rows = await self._pool.fetch(
@@ -110,7 +105,7 @@ class PostgresInspection:
                  ORDER BY c.thread_id
                 """,
                 after or "",
-                prefix or None,
+                prefix,
                 limit,
             )
         return [
@@ -126,8 +121,7 @@ class PostgresInspection:
             for r in rows
         ]
 
-    async def store_status(self) -> StoreStatus:
-        self._check_open()
+    async def storage_status(self) -> StoreStatus:
         s = self._s
         with translated():
             async with self._pool.acquire() as conn:
@@ -159,14 +153,11 @@ class PostgresInspection:
             backend="postgresql",
         )
 
-    async def schema_info(self) -> SchemaInfo:
-        self._check_open()
+    async def storage_schema_info(self) -> SchemaInfo:
         async with self._pool.acquire() as conn:
             return await schema_info_of(conn, self.schema)
 
-    async def lease_info(self, thread_id: str) -> LeaseInfo:
-        validate_thread_id(thread_id)
-        self._check_open()
+    async def storage_lease_info(self, thread_id: str) -> LeaseInfo:
         with translated():
             row = await self._pool.fetchrow(
                 f"SELECT owner, epoch, expires_at, expires_at > now() AS held"
@@ -186,10 +177,7 @@ class PostgresInspection:
             mechanism="lease row with expiry, renewed by the holder's heartbeat",
         )
 
-    async def prune_records(self, *, older_than: datetime, dry_run: bool = False) -> PruneReport:
-        if older_than.tzinfo is None:
-            raise InvalidInputError("older_than must be timezone-aware")
-        self._check_open()
+    async def storage_prune_records(self, older_than: datetime, dry_run: bool) -> PruneReport:
         s = self._s
         report = PruneReport(cutoff=older_than, dry_run=dry_run)
         with translated():

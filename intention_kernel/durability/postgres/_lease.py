@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 
 from ...contracts.errors import ConfigurationError
-from .._engine import Lease
+from ..engine import Lease
 
 __all__ = ["Heartbeat", "LeaseSettings", "PgLease", "new_owner"]
 

@@ -30,12 +30,11 @@ import asyncio
 import logging
 import secrets
 import zlib
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
-from ...contracts.errors import ConfigurationError, ErrorCode, InvalidInputError
+from ...contracts.errors import ConfigurationError, ErrorCode
 from ...contracts.events import KernelEvent, StoredEvent
 from ...contracts.outbox import OutboxStats
 from .._documents import decode_model
@@ -44,27 +43,11 @@ __all__ = ["OutboxStatements", "PostgresOutboxNotifier", "PostgresOutboxSource",
 
 log = logging.getLogger("intention_kernel.postgres")
 
-_MAX_ERROR = 2000
 _PROBE_TIMEOUT = 2.0
 _RECONNECT_EVERY = 5.0
 _RETURNING = "position, event, delivered_at, attempts, last_error, dead"
 # An init-plan: evaluated once per statement, transaction-local (works behind a pooler).
 _SYNC_ON = "(SELECT set_config('synchronous_commit', 'on', true)) IS NOT NULL"
-
-
-def _check_relay_id(relay_id: str) -> None:
-    if not isinstance(relay_id, str) or not relay_id or len(relay_id) > 200:
-        raise InvalidInputError("relay_id must be a non-empty string of at most 200 characters")
-
-
-def _check_seconds(value: float, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
-        raise InvalidInputError(f"{name} must be a number of seconds >= 0")
-    return float(value)
-
-
-def _positions(positions: Sequence[int]) -> list[int]:
-    return [p for p in positions if isinstance(p, int) and not isinstance(p, bool)]
 
 
 def notify_channel(schema: str) -> str:
@@ -187,12 +170,11 @@ SELECT
 
 
 class PostgresOutboxSource:
-    """``OutboxSource`` over the ``outbox`` table; mixed into ``PostgresDurability``."""
+    """The outbox hooks of the engine over the ``outbox`` table (arguments already checked);
+    mixed into ``PostgresDurability``."""
 
     if TYPE_CHECKING:
         _outbox_sql: OutboxStatements
-        _pool: Any
-        schema: str
 
         async def _fetchrow(self, sql: str, *args: Any) -> Any: ...
 
@@ -200,80 +182,47 @@ class PostgresOutboxSource:
 
         async def _execute_status(self, sql: str, *args: Any) -> int: ...
 
-        def _check_open(self) -> None: ...
-
-    async def claim(self, relay_id: str, *, limit: int, lease: float) -> list[StoredEvent]:
-        _check_relay_id(relay_id)
-        seconds = _check_seconds(lease, "lease")
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise InvalidInputError("limit must be a positive integer")
-        self._check_open()
-        rows = await self._fetch(self._outbox_sql.claim, relay_id, limit, seconds)
+    async def storage_claim(self, relay_id: str, limit: int, lease: float) -> list[StoredEvent]:
+        rows = await self._fetch(self._outbox_sql.claim, relay_id, limit, lease)
         return sorted((stored_event(r) for r in rows), key=lambda e: e.position)
 
-    async def mark_delivered(self, relay_id: str, positions: Sequence[int]) -> int:
-        _check_relay_id(relay_id)
-        self._check_open()
-        chosen = sorted(set(_positions(positions)))
-        if not chosen:
-            return 0
-        return await self._execute_status(self._outbox_sql.mark_delivered, chosen)
+    async def storage_mark_delivered(self, relay_id: str, positions: list[int]) -> int:
+        return await self._execute_status(self._outbox_sql.mark_delivered, positions)
 
-    async def record_failure(
+    async def storage_record_failure(
         self,
         relay_id: str,
         position: int,
-        *,
         error: str,
         retry_in: float,
         max_attempts: int,
-        permanent: bool = False,
+        permanent: bool,
     ) -> StoredEvent | None:
-        _check_relay_id(relay_id)
-        seconds = _check_seconds(retry_in, "retry_in")
-        if isinstance(position, bool) or not isinstance(position, int):
-            raise InvalidInputError("position must be an integer")
-        self._check_open()
         row = await self._fetchrow(
             self._outbox_sql.record_failure,
             position,
             relay_id,
-            str(error)[:_MAX_ERROR],
-            seconds,
-            int(max_attempts),
-            bool(permanent),
+            error,
+            retry_in,
+            max_attempts,
+            permanent,
         )
         return None if row is None else stored_event(row)
 
-    async def release(self, relay_id: str, positions: Sequence[int]) -> int:
-        _check_relay_id(relay_id)
-        self._check_open()
-        chosen = sorted(set(_positions(positions)))
-        if not chosen:
-            return 0
-        return await self._execute_status(self._outbox_sql.release, chosen, relay_id)
+    async def storage_release(self, relay_id: str, positions: list[int]) -> int:
+        return await self._execute_status(self._outbox_sql.release, positions, relay_id)
 
-    async def requeue(
-        self, positions: Sequence[int] | None = None, *, thread_id: str | None = None
-    ) -> int:
-        self._check_open()
-        chosen = None if positions is None else sorted(set(_positions(positions)))
-        if chosen == []:
-            return 0
-        return await self._execute_status(self._outbox_sql.requeue, chosen, thread_id)
+    async def storage_requeue(self, positions: list[int] | None, thread_id: str | None) -> int:
+        return await self._execute_status(self._outbox_sql.requeue, positions, thread_id)
 
-    async def dead_letters(self, *, limit: int = 100) -> list[StoredEvent]:
-        self._check_open()
-        rows = await self._fetch(self._outbox_sql.dead_letters, int(limit))
+    async def storage_dead_letters(self, limit: int) -> list[StoredEvent]:
+        rows = await self._fetch(self._outbox_sql.dead_letters, limit)
         return [stored_event(r) for r in rows]
 
-    async def prune(self, older_than: float) -> int:
-        seconds = _check_seconds(older_than, "older_than")
-        self._check_open()
-        return await self._execute_status(self._outbox_sql.prune, seconds)
+    async def storage_prune_outbox(self, older_than: float) -> int:
+        return await self._execute_status(self._outbox_sql.prune, older_than)
 
-    async def outbox_stats(self) -> OutboxStats:
-        self._check_open()
+    async def storage_outbox_stats(self) -> OutboxStats:
         row = await self._fetchrow(self._outbox_sql.stats)
         age = row["oldest_age"]
         return OutboxStats(
@@ -298,6 +247,8 @@ class PostgresOutboxNotifier:
 
         async def _fetchrow(self, sql: str, *args: Any) -> Any: ...
 
+        def _check_open(self) -> None: ...
+
     _listen_dsn: str | None = None
     _listener: Any = None
     _notified: asyncio.Event | None = None
@@ -307,10 +258,12 @@ class PostgresOutboxNotifier:
         """Install (or drop) the trigger that NOTIFYs listening relays when a commit inserts
         outbox events. It adds work to every commit that writes events (see
         ``docs/postgres.md`` for the measured cost), so it is off unless turned on here."""
+        self._check_open()
         sql = self._outbox_sql.notify_on if enabled else self._outbox_sql.notify_off
         await self._execute(sql)
 
     async def outbox_notify_enabled(self) -> bool:
+        self._check_open()
         row = await self._fetchrow(self._outbox_sql.notify_state)
         return bool(row[0])
 
@@ -359,6 +312,7 @@ class PostgresOutboxNotifier:
         """Return on a notification (or one that came while the relay was busy) or after
         ``max_wait`` seconds. Without ``listen=True``, or while the LISTEN connection is down,
         this is a plain sleep: relays poll."""
+        self._check_open()
         if self._listen_dsn is None:
             await asyncio.sleep(max_wait)
             return

@@ -30,12 +30,11 @@ class Statements:
     read_receipt: str
     write_receipt: str
     commit: str
-    revoke: str
 
     @classmethod
     def render(cls, schema: str, *, fencing: bool = True) -> Statements:
         s = f'"{schema}"'
-        # Planted bug for fault tests only (IK_PLANTED_BUG=no_fencing): writes skip the epoch.
+        # ``fencing=False`` only for a test subclass that shows the fault tests catch it.
         # A released lease ('-infinity') fences too: a write that arrives after its own
         # release (sent just before a cancel, run after the release) must not land.
         fence = (
@@ -139,5 +138,4 @@ SELECT (SELECT count(*) FROM fence) AS fenced,
        (SELECT count(*) FROM head) AS moved,
        (SELECT count(*) FROM turn) + (SELECT count(*) FROM events) AS written,
        (SELECT revision FROM {s}.heads WHERE thread_id = $1) AS stored_revision""",
-            revoke=f"UPDATE {s}.leases SET epoch = epoch + 1 WHERE thread_id = $1",
         )

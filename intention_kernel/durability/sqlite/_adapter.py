@@ -1,6 +1,6 @@
 """``SQLiteDurability``: the embedded durable store, safe across processes on one machine.
 
-Each engine primitive is one short transaction on the worker thread; none stays open while an
+Each ``storage_*`` hook is one short transaction on the worker thread; none stays open while an
 operation runs. The thread lease is a ``flock`` (see ``_lease``) plus an epoch row (fencing).
 Acquiring only reads the epoch ``E``; the turn's first write transaction moves it from ``E`` to
 ``E + 1`` (compare-and-set) and later writes check ``E + 1``, all inside their own
@@ -19,8 +19,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pydantic import JsonValue
-
 from ...contracts.checkpoint import KernelCheckpoint
 from ...contracts.codec import DEFAULT_LIMITS, JsonLimits
 from ...contracts.errors import (
@@ -28,27 +26,24 @@ from ...contracts.errors import (
     ConfigurationError,
     LeaseLostError,
 )
-from ...contracts.events import KernelEvent, StoredEvent
-from ...contracts.ids import validate_idempotency_key, validate_thread_id, validate_turn_id
+from ...contracts.events import StoredEvent
 from ...contracts.receipts import (
     EffectIdentity,
     EffectReceipt,
     ReceiptStatus,
-    ReconcileOutcome,
     ReconciliationRecord,
 )
 from ...contracts.turns import DurableTurnResult
 from ...crashpoints import CrashPoint, crash_point
 from .. import _turns
 from .._documents import PRUNED_TURN, decode_model, decode_turn, encode_model
-from .._engine import DurabilityEngine, Lease, StoredTurn, TurnCommit
 from .._ledger import EffectStart, resolve_uncertain, start_effect
-from .._listing import check_limit
+from ..engine import DurabilityEngine, Lease, OpenedTurn, Reconciliation, StoredTurn, TurnCommit
 from ._connection import Connection
 from ._inspect import SQLiteInspection, awaiting_operator, lease_probe
 from ._lease import LockFiles
 from ._location import check_local, parse_location
-from ._outbox import SQLiteOutboxSource
+from ._outbox import EVENT_COLUMNS, SQLiteOutboxSource, stored_event
 
 __all__ = ["SQLiteDurability"]
 
@@ -148,9 +143,11 @@ def _read_receipt(
     return decode_model(EffectReceipt, row[0], what="receipt", thread_id=thread_id)
 
 
-class SQLiteDurability(DurabilityEngine, SQLiteOutboxSource, SQLiteInspection):
+class SQLiteDurability(SQLiteOutboxSource, SQLiteInspection, DurabilityEngine[_Lease]):
     """Durable turns in one SQLite file, shared safely by the processes of one machine, and an
     ``OutboxSource`` for relays (see ``_outbox``) and a ``StoreInspector`` (see ``_inspect``).
+    The engine owns the public methods; this class and its two mixins (listed first, so
+    their hooks stand in for the engine's abstract ones) implement the ``storage_*`` hooks.
 
     ``location`` is a path or a ``sqlite:///`` URL (``sqlite:////abs/path.db``). ``lock_dir``
     holds one lock file per thread (default: ``<database>.locks`` next to the file); every
@@ -202,22 +199,41 @@ class SQLiteDurability(DurabilityEngine, SQLiteOutboxSource, SQLiteInspection):
         """Write transactions this instance committed (a diagnostic for benchmarks)."""
         return self._db.commits
 
-    # ---------------------------------------------------------------- primitives
-
-    async def _find_turn(self, thread_id: str, turn_id: str) -> StoredTurn | None:
-        return await self._db.read(lambda conn: _read_turn(conn, thread_id, turn_id))
+    # ---------------------------------------------------------------- turns and effects
 
     @asynccontextmanager
-    async def _lease(self, thread_id: str) -> AsyncIterator[Lease]:
+    async def _hold(self, thread_id: str) -> AsyncIterator[None]:
         self._locks.ensure_directory()
         async with self._locks.hold(thread_id, self.lock_timeout):
-            # Read only: the first write of the turn bumps the epoch (see the module docstring).
-            epoch = await self._db.read(lambda conn: _read_epoch(conn, thread_id))
-            yield _Lease(thread_id, epoch)
+            yield
 
-    async def _fenced_write(self, lease: Lease, fn: Callable[[sqlite3.Connection], T]) -> T:
+    @asynccontextmanager
+    async def storage_open_turn(
+        self, thread_id: str, turn_id: str
+    ) -> AsyncIterator[OpenedTurn[_Lease]]:
+        # A replay needs no lock: a committed turn never changes.
+        prior = await self._db.read(lambda conn: _read_turn(conn, thread_id, turn_id))
+        if prior is not None:
+            yield OpenedTurn(prior, None)
+            return
+
+        def load(conn: sqlite3.Connection) -> OpenedTurn[_Lease]:
+            # Read only: the first write of the turn bumps the epoch (see the module docstring).
+            lease = _Lease(thread_id, _read_epoch(conn, thread_id))
+            return OpenedTurn(
+                _read_turn(conn, thread_id, turn_id), lease, _read_head(conn, thread_id)
+            )
+
+        async with self._hold(thread_id):
+            yield await self._db.read(load)
+
+    @asynccontextmanager
+    async def storage_lease(self, thread_id: str) -> AsyncIterator[_Lease]:
+        async with self._hold(thread_id):
+            yield _Lease(thread_id, await self._db.read(lambda c: _read_epoch(c, thread_id)))
+
+    async def _fenced_write(self, lease: _Lease, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn`` in one write transaction behind the lease's fence."""
-        assert isinstance(lease, _Lease)
 
         def run(conn: sqlite3.Connection) -> T:
             _fence(conn, lease)
@@ -232,16 +248,8 @@ class SQLiteDurability(DurabilityEngine, SQLiteOutboxSource, SQLiteInspection):
 
         return await self._db.write(run, on_commit=took_over)
 
-    async def _load(
-        self, lease: Lease, turn_id: str
-    ) -> tuple[StoredTurn | None, KernelCheckpoint | None]:
-        def load(conn: sqlite3.Connection) -> tuple[StoredTurn | None, KernelCheckpoint | None]:
-            return _read_turn(conn, lease.thread_id, turn_id), _read_head(conn, lease.thread_id)
-
-        return await self._db.read(load)
-
-    async def _begin_effect(
-        self, lease: Lease, turn_id: str, identity: EffectIdentity
+    async def storage_begin_effect(
+        self, lease: _Lease, turn_id: str, identity: EffectIdentity
     ) -> EffectStart:
         def begin(conn: sqlite3.Connection) -> EffectStart:
             existing = _read_receipt(conn, lease.thread_id, identity.idempotency_key)
@@ -254,8 +262,8 @@ class SQLiteDurability(DurabilityEngine, SQLiteOutboxSource, SQLiteInspection):
 
         return await self._fenced_write(lease, begin)
 
-    async def _finish_effect(
-        self, lease: Lease, receipt: EffectReceipt, value_json: str | None
+    async def storage_finish_effect(
+        self, lease: _Lease, receipt: EffectReceipt, value_json: str | None
     ) -> None:
         await self._fenced_write(lease, lambda conn: self._put_receipt(conn, receipt))
 
@@ -279,7 +287,7 @@ class SQLiteDurability(DurabilityEngine, SQLiteOutboxSource, SQLiteInspection):
             ),
         )
 
-    async def _commit(self, lease: Lease, commit: TurnCommit) -> None:
+    async def storage_commit(self, lease: _Lease, commit: TurnCommit) -> None:
         thread_id, turn_id, revision = commit.thread_id, commit.turn_id, commit.revision
         loaded_revision = commit.loaded_revision
 
@@ -324,27 +332,20 @@ class SQLiteDurability(DurabilityEngine, SQLiteOutboxSource, SQLiteInspection):
 
         await self._fenced_write(lease, write)
 
-    async def _reconcile(
-        self,
-        thread_id: str,
-        idempotency_key: str,
-        outcome: ReconcileOutcome,
-        *,
-        value: JsonValue,
-        note: str,
-        actor: str,
-        lease: Lease | None,
+    async def storage_reconcile(
+        self, decision: Reconciliation, lease: _Lease | None
     ) -> EffectReceipt:
+        thread_id, key = decision.thread_id, decision.idempotency_key
+
         def reconcile(conn: sqlite3.Connection) -> EffectReceipt:
-            existing = _read_receipt(conn, thread_id, idempotency_key)
             receipt, record = resolve_uncertain(
-                existing,
-                outcome,
+                _read_receipt(conn, thread_id, key),
+                decision.outcome,
                 thread_id=thread_id,
-                idempotency_key=idempotency_key,
-                value=value,
-                note=note,
-                actor=actor,
+                idempotency_key=key,
+                value=decision.value,
+                note=decision.note,
+                actor=decision.actor,
                 now=self._now(),
                 holds_lease=lease is not None,
             )
@@ -355,7 +356,7 @@ class SQLiteDurability(DurabilityEngine, SQLiteOutboxSource, SQLiteInspection):
                 (
                     record.id,
                     thread_id,
-                    idempotency_key,
+                    key,
                     encode_model(record, limits=self.json_limits, what="reconciliation"),
                 ),
             )
@@ -366,67 +367,48 @@ class SQLiteDurability(DurabilityEngine, SQLiteOutboxSource, SQLiteInspection):
         # The epoch moves in this transaction: a paused former holder is fenced.
         return await self._fenced_write(lease, reconcile)
 
-    async def _close(self) -> None:
+    async def storage_close(self) -> None:
         await self._db.close()
 
     # ---------------------------------------------------------------- reading back
 
-    async def load_checkpoint(self, thread_id: str) -> KernelCheckpoint | None:
-        validate_thread_id(thread_id)
-        self._check_open()
+    async def storage_read_turn(self, thread_id: str, turn_id: str) -> StoredTurn | None:
+        return await self._db.read(lambda conn: _read_turn(conn, thread_id, turn_id))
+
+    async def storage_load_checkpoint(self, thread_id: str) -> KernelCheckpoint | None:
         return await self._db.read(lambda conn: _read_head(conn, thread_id))
 
-    async def get_turn(self, thread_id: str, turn_id: str) -> DurableTurnResult | None:
-        validate_thread_id(thread_id)
-        validate_turn_id(turn_id)
-        self._check_open()
-        turn = await self._find_turn(thread_id, turn_id)
-        return None if turn is None else turn.result
-
-    async def list_turns(
-        self, thread_id: str, *, after_revision: int = 0, limit: int = 100
+    async def storage_list_turns(
+        self, thread_id: str, after_revision: int, limit: int
     ) -> list[DurableTurnResult]:
-        validate_thread_id(thread_id)
-        check_limit(limit)
-        self._check_open()
-
         def read(conn: sqlite3.Connection) -> list[DurableTurnResult]:
             rows = conn.execute(
                 "SELECT turn_id, CAST(result AS BLOB) FROM ik_turns"
                 " WHERE thread_id = ? AND revision > ? AND result != ?"
                 " ORDER BY revision LIMIT ?",
-                (thread_id, int(after_revision), PRUNED_TURN, limit),
+                (thread_id, after_revision, PRUNED_TURN, limit),
             ).fetchall()
             return [decode_turn(text, thread_id=thread_id, turn_id=turn) for turn, text in rows]
 
         return await self._db.read(read)
 
-    async def get_receipt(self, thread_id: str, idempotency_key: str) -> EffectReceipt | None:
-        validate_thread_id(thread_id)
-        validate_idempotency_key(idempotency_key)
-        self._check_open()
+    async def storage_get_receipt(
+        self, thread_id: str, idempotency_key: str
+    ) -> EffectReceipt | None:
         return await self._db.read(lambda conn: _read_receipt(conn, thread_id, idempotency_key))
 
-    async def list_receipts(
-        self,
-        *,
-        status: ReceiptStatus | None = None,
-        thread_id: str | None = None,
-        limit: int = 100,
+    async def storage_list_receipts(
+        self, status: ReceiptStatus | None, thread_id: str | None, limit: int
     ) -> list[EffectReceipt]:
-        check_limit(limit)
-        if thread_id is not None:
-            validate_thread_id(thread_id)
-        wanted = None if status is None else str(ReceiptStatus(status))
-        self._check_open()
         held = lease_probe(self._locks)
 
         def read(conn: sqlite3.Connection) -> list[EffectReceipt]:
-            if wanted == ReceiptStatus.UNCERTAIN:
+            if status is ReceiptStatus.UNCERTAIN:
                 # And interrupted ``prepared`` receipts (no live lock holder), as stored.
                 rows = awaiting_operator(conn, held, thread_id=thread_id, limit=limit)
             else:
                 # ``status = ?`` uses ik_receipts_by_status: listing a status stays cheap.
+                wanted = None if status is None else str(status)
                 clauses, args = _filters(status=wanted, thread_id=thread_id)
                 rows = conn.execute(
                     "SELECT thread_id, CAST(document AS BLOB) FROM ik_receipts"
@@ -440,11 +422,9 @@ class SQLiteDurability(DurabilityEngine, SQLiteOutboxSource, SQLiteInspection):
 
         return await self._db.read(read)
 
-    async def reconciliations(
-        self, *, thread_id: str | None = None, idempotency_key: str | None = None
+    async def storage_reconciliations(
+        self, thread_id: str | None, idempotency_key: str | None
     ) -> list[ReconciliationRecord]:
-        self._check_open()
-
         def read(conn: sqlite3.Connection) -> list[ReconciliationRecord]:
             clauses, args = _filters(thread_id=thread_id, idempotency_key=idempotency_key)
             rows = conn.execute(
@@ -457,36 +437,17 @@ class SQLiteDurability(DurabilityEngine, SQLiteOutboxSource, SQLiteInspection):
 
         return await self._db.read(read)
 
-    async def read_outbox(
-        self,
-        *,
-        thread_id: str | None = None,
-        turn_id: str | None = None,
-        after_position: int = 0,
-        limit: int = 1000,
+    async def storage_read_outbox(
+        self, thread_id: str | None, turn_id: str | None, after_position: int, limit: int
     ) -> list[StoredEvent]:
-        check_limit(limit, maximum=10_000)
-        self._check_open()
-
         def read(conn: sqlite3.Connection) -> list[StoredEvent]:
             clauses, args = _filters(thread_id=thread_id, turn_id=turn_id)
             clauses += " AND position > ?" if clauses else " WHERE position > ?"
             rows = conn.execute(
-                "SELECT position, CAST(document AS BLOB), delivered_at, attempts, last_error,"
-                f" dead FROM ik_outbox{clauses} ORDER BY position LIMIT ?",
-                (*args, int(after_position), limit),
+                f"SELECT {EVENT_COLUMNS}{clauses} ORDER BY position LIMIT ?",
+                (*args, after_position, limit),
             ).fetchall()
-            return [
-                StoredEvent(
-                    event=decode_model(KernelEvent, text, what="outbox event", position=position),
-                    position=position,
-                    delivered_at=None if delivered is None else datetime.fromisoformat(delivered),
-                    attempts=attempts,
-                    last_error=last_error,
-                    dead=bool(dead),
-                )
-                for position, text, delivered, attempts, last_error, dead in rows
-            ]
+            return [stored_event(row) for row in rows]
 
         return await self._db.read(read)
 

@@ -1,6 +1,6 @@
-"""``StoreInspector`` for SQLite: operator queries, lease probe and retention.
+"""The ``StoreInspector`` hooks of ``SQLiteDurability``: operator queries, lease probe, retention.
 
-Kept out of ``_adapter`` so the turn engine stays readable; mixed into ``SQLiteDurability``.
+Kept out of ``_adapter`` so the turn hooks stay readable; mixed into ``SQLiteDurability``.
 The lease probe takes the thread's lock file with ``LOCK_SH | LOCK_NB`` and drops it at once:
 it never waits, and a holder is never disturbed (a waiting writer retries within milliseconds).
 ``/proc/locks`` names the holding process on Linux.
@@ -21,11 +21,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ...contracts.errors import InvalidInputError
-from ...contracts.ids import validate_thread_id
 from ...contracts.inspect import LeaseInfo, PruneReport, SchemaInfo, StoreStatus, ThreadSummary
 from .._documents import PRUNED_TURN
-from .._listing import check_limit
 from ._errors import translate_errors
 from ._location import parse_location
 from ._schema import SCHEMA_VERSION, stored_version
@@ -151,19 +148,16 @@ def _older(text: str | None, cutoff: datetime) -> bool:
 
 
 class SQLiteInspection:
-    """The ``StoreInspector`` methods of ``SQLiteDurability``."""
+    """The ``storage_*`` operator hooks of ``SQLiteDurability`` (the engine checked the
+    arguments and that the store is open)."""
 
     if TYPE_CHECKING:
         _db: Connection
         _locks: LockFiles
 
-        def _check_open(self) -> None: ...
-
-    async def list_threads(
-        self, *, prefix: str | None = None, after: str | None = None, limit: int = 100
+    async def storage_list_threads(
+        self, prefix: str | None, after: str | None, limit: int
     ) -> list[ThreadSummary]:
-        check_limit(limit)
-        self._check_open()
         held = lease_probe(self._locks)
 
         def read(conn: sqlite3.Connection) -> list[ThreadSummary]:
@@ -185,8 +179,7 @@ class SQLiteInspection:
 
         return await self._db.read(read)
 
-    async def store_status(self) -> StoreStatus:
-        self._check_open()
+    async def storage_status(self) -> StoreStatus:
         held = lease_probe(self._locks)
 
         def read(conn: sqlite3.Connection) -> StoreStatus:
@@ -213,14 +206,11 @@ class SQLiteInspection:
 
         return await self._db.read(read)
 
-    async def schema_info(self) -> SchemaInfo:
-        self._check_open()
+    async def storage_schema_info(self) -> SchemaInfo:
         version = await self._db.read(stored_version)
         return SchemaInfo(version=version, supported=SCHEMA_VERSION, pending=_pending(version))
 
-    async def lease_info(self, thread_id: str) -> LeaseInfo:
-        validate_thread_id(thread_id)
-        self._check_open()
+    async def storage_lease_info(self, thread_id: str) -> LeaseInfo:
         row = await self._db.read(
             lambda conn: conn.execute(
                 "SELECT epoch FROM ik_leases WHERE thread_id = ?", (thread_id,)
@@ -237,10 +227,7 @@ class SQLiteInspection:
             mechanism=f"flock on {path} (released when the holding process exits)",
         )
 
-    async def prune_records(self, *, older_than: datetime, dry_run: bool = False) -> PruneReport:
-        if older_than.tzinfo is None:
-            raise InvalidInputError("older_than must be timezone-aware")
-        self._check_open()
+    async def storage_prune_records(self, older_than: datetime, dry_run: bool) -> PruneReport:
 
         def run(conn: sqlite3.Connection) -> PruneReport:
             report = PruneReport(cutoff=older_than, dry_run=dry_run)

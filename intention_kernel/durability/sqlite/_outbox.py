@@ -1,8 +1,9 @@
-"""The ``OutboxSource`` half of ``SQLiteDurability``: delivery state on the outbox rows.
+"""The ``OutboxSource`` hooks of ``SQLiteDurability``: delivery state on the outbox rows.
 
-Every method is one short ``BEGIN IMMEDIATE`` transaction (SQLite has one writer, so a claim
-needs no row locks: the transaction itself keeps two relays apart). Times come from the store's
-clock (the adapter's ``_now``, one machine) and are kept as integer microseconds.
+Every hook is one short ``BEGIN IMMEDIATE`` transaction (SQLite has one writer, so a claim
+needs no row locks: the transaction itself keeps two relays apart) applying the pure rules of
+``_outbox_rules``. Times come from the store's clock (the adapter's ``_now``, one machine) and
+are kept as integer microseconds.
 
 ``claim`` walks only undelivered rows, in position order, through the partial index
 ``ik_outbox_open``: delivered history (however long) costs nothing, and it stops as soon as the
@@ -12,24 +13,24 @@ batch is full. A thread is held back by its first row that is claimed, backing o
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from ...contracts.errors import InvalidInputError
 from ...contracts.events import KernelEvent, StoredEvent
 from ...contracts.outbox import OutboxStats
 from .._documents import decode_model
+from .._outbox_rules import Candidate, claimable, failed_attempt
 
 if TYPE_CHECKING:
     from ._connection import Connection
 
-__all__ = ["SQLiteOutboxSource"]
+__all__ = ["EVENT_COLUMNS", "SQLiteOutboxSource", "stored_event"]
 
-_MAX_ERROR = 2000
-_EVENT_COLUMNS = (
+EVENT_COLUMNS = (
     "position, CAST(document AS BLOB), delivered_at, attempts, last_error, dead FROM ik_outbox"
 )
+"""``SELECT`` these for ``stored_event``."""
 _EPOCH_US = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -37,21 +38,11 @@ def _us(moment: datetime) -> int:
     return (moment - _EPOCH_US) // timedelta(microseconds=1)
 
 
-def _check_relay_id(relay_id: str) -> None:
-    if not isinstance(relay_id, str) or not relay_id or len(relay_id) > 200:
-        raise InvalidInputError("relay_id must be a non-empty string of at most 200 characters")
+def _moment(us: int | None) -> datetime | None:
+    return None if us is None else _EPOCH_US + timedelta(microseconds=us)
 
 
-def _check_seconds(value: float, name: str) -> None:
-    if not isinstance(value, int | float) or value < 0:
-        raise InvalidInputError(f"{name} must be a number of seconds >= 0")
-
-
-def _positions(positions: Sequence[int]) -> list[tuple[int]]:
-    return [(p,) for p in positions if isinstance(p, int) and not isinstance(p, bool)]
-
-
-def _stored(row: tuple[object, ...]) -> StoredEvent:
+def stored_event(row: tuple[object, ...]) -> StoredEvent:
     position, text, delivered, attempts, last_error, dead = row
     assert isinstance(position, int) and isinstance(text, bytes)
     return StoredEvent(
@@ -66,50 +57,43 @@ def _stored(row: tuple[object, ...]) -> StoredEvent:
 
 def _read(conn: sqlite3.Connection, positions: Sequence[int]) -> list[StoredEvent]:
     rows = [
-        conn.execute(f"SELECT {_EVENT_COLUMNS} WHERE position = ?", (p,)).fetchone()
+        conn.execute(f"SELECT {EVENT_COLUMNS} WHERE position = ?", (p,)).fetchone()
         for p in positions
     ]
-    return [_stored(row) for row in rows if row is not None]
+    return [stored_event(row) for row in rows if row is not None]
 
 
 class SQLiteOutboxSource:
-    """``OutboxSource`` over the ``ik_outbox`` table; mixed into ``SQLiteDurability``."""
+    """The ``storage_*`` outbox hooks over the ``ik_outbox`` table; mixed into
+    ``SQLiteDurability`` (the engine checked the arguments and that the store is open)."""
 
     if TYPE_CHECKING:
         _db: Connection
 
         def _now(self) -> datetime: ...
 
-        def _check_open(self) -> None: ...
-
-    async def claim(self, relay_id: str, *, limit: int, lease: float) -> list[StoredEvent]:
-        _check_relay_id(relay_id)
-        _check_seconds(lease, "lease")
-        if not isinstance(limit, int) or limit < 1:
-            raise InvalidInputError("limit must be a positive integer")
-        self._check_open()
-
+    async def storage_claim(self, relay_id: str, limit: int, lease: float) -> list[StoredEvent]:
         def claim(conn: sqlite3.Connection) -> list[StoredEvent]:
-            now = _us(self._now())
-            held_back: set[str] = set()
-            chosen: list[int] = []
+            now = self._now()
             rows = conn.execute(
                 "SELECT position, thread_id, dead, claimed_until, next_attempt_at FROM ik_outbox"
                 " WHERE delivered_at IS NULL ORDER BY position"
             )
-            for position, thread_id, dead, claimed_until, next_attempt_at in rows:
-                if thread_id in held_back:
-                    continue
-                claimed = claimed_until is not None and claimed_until > now
-                waiting = next_attempt_at is not None and next_attempt_at > now
-                if dead or claimed or waiting:
-                    held_back.add(thread_id)
-                    continue
-                chosen.append(position)
-                if len(chosen) >= limit:
-                    break
+
+            def candidates() -> Iterator[Candidate]:
+                # Lazily: ``claimable`` stops reading rows once the batch is full.
+                for position, thread_id, dead, claimed_until, next_attempt_at in rows:
+                    yield Candidate(
+                        position,
+                        thread_id,
+                        bool(dead),
+                        _moment(claimed_until),
+                        _moment(next_attempt_at),
+                    )
+
+            chosen = claimable(candidates(), now=now, limit=limit)
             rows.close()
-            until = now + int(lease * 1_000_000)
+            until = _us(now) + int(lease * 1_000_000)
             conn.executemany(
                 "UPDATE ik_outbox SET claimed_by = ?, claimed_until = ? WHERE position = ?",
                 [(relay_id, until, p) for p in chosen],
@@ -118,10 +102,7 @@ class SQLiteOutboxSource:
 
         return await self._db.write(claim, what="outbox claim")
 
-    async def mark_delivered(self, relay_id: str, positions: Sequence[int]) -> int:
-        _check_relay_id(relay_id)
-        self._check_open()
-
+    async def storage_mark_delivered(self, relay_id: str, positions: list[int]) -> int:
         def mark(conn: sqlite3.Connection) -> int:
             now = self._now()
             before = conn.total_changes
@@ -129,55 +110,45 @@ class SQLiteOutboxSource:
                 "UPDATE ik_outbox SET delivered_at = ?, delivered_us = ?, dead = 0,"
                 " claimed_by = NULL, claimed_until = NULL, next_attempt_at = NULL"
                 " WHERE position = ? AND delivered_at IS NULL",
-                [(now.isoformat(), _us(now), p) for (p,) in _positions(positions)],
+                [(now.isoformat(), _us(now), p) for p in positions],
             )
             return conn.total_changes - before
 
         return await self._db.write(mark, what="outbox mark")
 
-    async def record_failure(
+    async def storage_record_failure(
         self,
         relay_id: str,
         position: int,
-        *,
         error: str,
         retry_in: float,
         max_attempts: int,
-        permanent: bool = False,
+        permanent: bool,
     ) -> StoredEvent | None:
-        _check_relay_id(relay_id)
-        _check_seconds(retry_in, "retry_in")
-        self._check_open()
-
         def fail(conn: sqlite3.Connection) -> StoredEvent | None:
-            now = _us(self._now())
-            changed = conn.execute(
-                "UPDATE ik_outbox SET attempts = attempts + 1, last_error = ?,"
-                " claimed_by = NULL, claimed_until = NULL,"
-                " dead = CASE WHEN ? OR attempts + 1 >= ? THEN 1 ELSE 0 END,"
-                " next_attempt_at = CASE WHEN ? OR attempts + 1 >= ? THEN NULL ELSE ? END"
-                " WHERE position = ? AND delivered_at IS NULL AND dead = 0"
-                " AND claimed_by = ? AND claimed_until > ?",
-                (
-                    str(error)[:_MAX_ERROR],
-                    bool(permanent),
-                    max_attempts,
-                    bool(permanent),
-                    max_attempts,
-                    now + int(retry_in * 1_000_000),
-                    position,
-                    relay_id,
-                    now,
-                ),
-            ).rowcount
-            return _read(conn, [position])[0] if changed == 1 else None
+            now = self._now()
+            row = conn.execute(
+                "SELECT attempts FROM ik_outbox WHERE position = ? AND delivered_at IS NULL"
+                " AND dead = 0 AND claimed_by = ? AND claimed_until > ?",
+                (position, relay_id, _us(now)),
+            ).fetchone()
+            if row is None:
+                return None  # not (or no longer) claimed by this relay
+            after = failed_attempt(
+                row[0], max_attempts=max_attempts, permanent=permanent, retry_in=retry_in, now=now
+            )
+            due = None if after.next_attempt_at is None else _us(after.next_attempt_at)
+            conn.execute(
+                "UPDATE ik_outbox SET attempts = ?, last_error = ?, dead = ?,"
+                " next_attempt_at = ?, claimed_by = NULL, claimed_until = NULL"
+                " WHERE position = ?",
+                (after.attempts, error, int(after.dead), due, position),
+            )
+            return _read(conn, [position])[0]
 
         return await self._db.write(fail, what="outbox failure")
 
-    async def release(self, relay_id: str, positions: Sequence[int]) -> int:
-        _check_relay_id(relay_id)
-        self._check_open()
-
+    async def storage_release(self, relay_id: str, positions: list[int]) -> int:
         def release(conn: sqlite3.Connection) -> int:
             now = _us(self._now())
             before = conn.total_changes
@@ -185,51 +156,43 @@ class SQLiteOutboxSource:
                 "UPDATE ik_outbox SET claimed_by = NULL, claimed_until = NULL"
                 " WHERE position = ? AND delivered_at IS NULL AND dead = 0"
                 " AND claimed_by = ? AND claimed_until > ?",
-                [(p, relay_id, now) for (p,) in _positions(positions)],
+                [(p, relay_id, now) for p in positions],
             )
             return conn.total_changes - before
 
         return await self._db.write(release, what="outbox release")
 
-    async def requeue(
-        self, positions: Sequence[int] | None = None, *, thread_id: str | None = None
-    ) -> int:
-        self._check_open()
+    async def storage_requeue(self, positions: list[int] | None, thread_id: str | None) -> int:
         reset = (
             "UPDATE ik_outbox SET dead = 0, attempts = 0, next_attempt_at = NULL,"
             " claimed_by = NULL, claimed_until = NULL WHERE dead = 1"
         )
+        thread_clause = "" if thread_id is None else " AND thread_id = ?"
+        thread_args: tuple[str, ...] = () if thread_id is None else (thread_id,)
 
         def requeue(conn: sqlite3.Connection) -> int:
             before = conn.total_changes
-            thread_clause = "" if thread_id is None else " AND thread_id = ?"
-            thread_args: tuple[str, ...] = () if thread_id is None else (thread_id,)
             if positions is None:
                 conn.execute(reset + thread_clause, thread_args)
             else:
                 conn.executemany(
                     reset + " AND position = ?" + thread_clause,
-                    [(p, *thread_args) for (p,) in _positions(positions)],
+                    [(p, *thread_args) for p in positions],
                 )
             return conn.total_changes - before
 
         return await self._db.write(requeue, what="outbox requeue")
 
-    async def dead_letters(self, *, limit: int = 100) -> list[StoredEvent]:
-        self._check_open()
-
+    async def storage_dead_letters(self, limit: int) -> list[StoredEvent]:
         def read(conn: sqlite3.Connection) -> list[StoredEvent]:
             rows = conn.execute(
-                f"SELECT {_EVENT_COLUMNS} WHERE dead = 1 ORDER BY position LIMIT ?", (limit,)
+                f"SELECT {EVENT_COLUMNS} WHERE dead = 1 ORDER BY position LIMIT ?", (limit,)
             ).fetchall()
-            return [_stored(row) for row in rows]
+            return [stored_event(row) for row in rows]
 
         return await self._db.read(read, what="outbox dead letters")
 
-    async def prune(self, older_than: float) -> int:
-        _check_seconds(older_than, "older_than")
-        self._check_open()
-
+    async def storage_prune_outbox(self, older_than: float) -> int:
         def prune(conn: sqlite3.Connection) -> int:
             cutoff = _us(self._now()) - int(older_than * 1_000_000)
             return conn.execute(
@@ -239,9 +202,7 @@ class SQLiteOutboxSource:
 
         return await self._db.write(prune, what="outbox prune")
 
-    async def outbox_stats(self) -> OutboxStats:
-        self._check_open()
-
+    async def storage_outbox_stats(self) -> OutboxStats:
         def read(conn: sqlite3.Connection) -> OutboxStats:
             now = self._now()
             conn.execute("BEGIN")  # one snapshot for every count

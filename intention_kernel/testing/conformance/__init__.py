@@ -34,6 +34,7 @@ from ._support import (
 from .cancellation import Cancellation
 from .interrupted import InterruptedReceipts
 from .misuse import Misuse
+from .public_face import PublicFace
 from .reconcile import Reconcile
 from .rule1_serialize import Rule1Serialize
 from .rule2_checkpoint import Rule2Checkpoint
@@ -68,6 +69,7 @@ class DurabilityConformance(
     InterruptedReceipts,
     Cancellation,
     Misuse,
+    PublicFace,
     Stateful,
 ):
     """Every conformance test. Subclass it (with a ``Test`` prefix) and define ``harness``."""

@@ -72,7 +72,7 @@ _KEYS: dict[Shape, tuple[str, ...]] = {
     "two_effects": ("a", "b"),
     "concurrent_effects": ("a", "b"),
 }
-_WRITES = ("_begin_effect", "_finish_effect", "_commit")
+_WRITES = ("storage_begin_effect", "storage_finish_effect", "storage_commit")
 _MAX_AT = 400
 _EVENTS = 2
 _CASE_SECONDS = 60.0

@@ -31,11 +31,10 @@ async def lose_outcome_write(
     harness: ConformanceHarness, provider: Provider, thread_id: str = "t1"
 ) -> EffectReceipt:
     """Run a turn whose effect returns but whose ``completed`` write fails every time (the
-    store's ``_finish_effect`` raises a retryable ``STORE_UNAVAILABLE``); the turn raises out of
-    ``with_turn`` and leaves the receipt ``prepared``. Skips adapters without that primitive."""
+    store's ``storage_finish_effect`` raises a retryable ``STORE_UNAVAILABLE``); the turn raises
+    out of ``with_turn`` and leaves the receipt ``prepared``."""
     broken: Any = await harness.open()
-    if not hasattr(broken, "_finish_effect"):
-        pytest.skip("the adapter has no _finish_effect primitive to make fail")
+    assert hasattr(broken, "storage_finish_effect"), "the store must be a DurabilityEngine"
 
     async def lost(*args: object) -> None:
         raise DurabilityError(
@@ -44,7 +43,7 @@ async def lose_outcome_write(
             retryable=True,
         )
 
-    broken._finish_effect = lost
+    broken.storage_finish_effect = lost
     if hasattr(broken, "record_retry_seconds"):  # the engine retries a lost write; not long
         broken.record_retry_seconds = 0.05
     with pytest.raises(KernelError):

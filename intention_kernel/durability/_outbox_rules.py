@@ -1,0 +1,64 @@
+"""The outbox delivery rules as pure functions (see ``contracts.outbox`` for the state machine).
+
+Stores that decide in Python (memory, SQLite) call them; the PostgreSQL adapter states the same
+rules in SQL, and the outbox conformance suite holds every store to them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+__all__ = ["Candidate", "FailedAttempt", "claimable", "failed_attempt"]
+
+
+@dataclass(frozen=True, slots=True)
+class FailedAttempt:
+    """An event's delivery state after one more failed attempt."""
+
+    attempts: int
+    dead: bool
+    next_attempt_at: datetime | None
+    """When the event is due again (``None`` once dead)."""
+
+
+def failed_attempt(
+    attempts: int, *, max_attempts: int, permanent: bool, retry_in: float, now: datetime
+) -> FailedAttempt:
+    """Count the attempt; dead-letter when ``permanent`` or out of attempts, else back off."""
+    counted = attempts + 1
+    if permanent or counted >= max_attempts:
+        return FailedAttempt(counted, True, None)
+    return FailedAttempt(counted, False, now + timedelta(seconds=retry_in))
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """An undelivered event as the claim rule sees it."""
+
+    position: int
+    thread_id: str
+    dead: bool
+    claimed_until: datetime | None
+    next_attempt_at: datetime | None
+
+
+def claimable(candidates: Iterable[Candidate], *, now: datetime, limit: int) -> list[int]:
+    """Positions to claim, from undelivered events in position order: per thread a prefix of
+    its undelivered sequence. A dead, live-claimed or not-yet-due event holds back the later
+    events of its own thread only."""
+    held_back: set[str] = set()
+    chosen: list[int] = []
+    for event in candidates:
+        if len(chosen) >= limit:
+            break
+        if event.thread_id in held_back:
+            continue
+        claimed = event.claimed_until is not None and event.claimed_until > now
+        due = event.next_attempt_at is None or event.next_attempt_at <= now
+        if event.dead or claimed or not due:
+            held_back.add(event.thread_id)
+            continue
+        chosen.append(event.position)
+    return chosen
