@@ -33,13 +33,69 @@ def driver(*names: str) -> Callable[[str], bool]:
 class Rule:
     why: str
     packages: tuple[str, ...]
-    """Directories under the repository root whose modules the rule covers."""
+    """Directories (or modules) under the repository root whose modules the rule covers."""
     forbids: Callable[[str], bool]
 
 
+def within(*prefixes: str) -> Callable[[str], bool]:
+    """A module of the package outside ``prefixes`` (the layers a layer may import)."""
+    allowed = tuple(f"intention_kernel.{p}" for p in prefixes)
+
+    def forbids(module: str) -> bool:
+        if module != "intention_kernel" and not module.startswith("intention_kernel."):
+            return False
+        return not any(module == a or module.startswith(a + ".") for a in allowed)
+
+    return forbids
+
+
+def private_of(adapter: str) -> Callable[[str], bool]:
+    """A private module of one adapter subpackage (``durability.sqlite._connection``)."""
+    prefix = f"intention_kernel.durability.{adapter}."
+    return lambda module: module.startswith(prefix) and module[len(prefix) :].startswith("_")
+
+
+def outside(adapter: str) -> tuple[str, ...]:
+    """Every directory of the package except the adapter's own."""
+    own = f"intention_kernel/durability/{adapter}"
+    tops = sorted((ROOT / "intention_kernel").iterdir())
+    found = [
+        str(p.relative_to(ROOT))
+        for p in tops
+        if p.name not in ("durability", "__pycache__") and (p.is_dir() or p.suffix == ".py")
+    ]
+    found += [
+        str(p.relative_to(ROOT))
+        for p in sorted((ROOT / "intention_kernel/durability").iterdir())
+        if p.is_dir() and p.name != "__pycache__" and str(p.relative_to(ROOT)) != own
+    ]
+    return tuple(found)
+
+
 OPERATOR_CODE = ("intention_kernel/cli", "intention_kernel/relay")
+DRIVERS = driver("asyncpg", "nats", "redis", "httpx")
 
 RULES = [
+    Rule(
+        "contracts are pure data and protocols: they import no other layer",
+        ("intention_kernel/contracts",),
+        within("contracts"),
+    ),
+    Rule(
+        "the durability layer knows nothing of agents, the command line or the relay",
+        ("intention_kernel/durability",),
+        within("contracts", "durability", "crashpoints"),
+    ),
+    Rule(
+        "the kernel reaches storage only through the contracts' protocols",
+        ("intention_kernel/kernel",),
+        within("contracts", "kernel"),
+    ),
+    Rule(
+        "the relay delivers through the contracts' OutboxSource, not a store's code",
+        ("intention_kernel/relay",),
+        within("contracts", "relay", "crashpoints"),
+    ),
     Rule(
         "the command line and the relay open stores through durability.factory and the adapters'"
         " public names, never their private modules",
@@ -50,6 +106,24 @@ RULES = [
         "the command line and the relay never talk to a database driver themselves",
         OPERATOR_CODE,
         driver("asyncpg", "sqlite3"),
+    ),
+    *(
+        Rule(
+            f"nothing outside the {adapter} adapter imports its private modules",
+            outside(adapter),
+            private_of(adapter),
+        )
+        for adapter in ("memory", "sqlite", "postgres")
+    ),
+    Rule(
+        "only the PostgreSQL adapter imports asyncpg (drivers are optional extras)",
+        outside("postgres"),
+        driver("asyncpg"),
+    ),
+    Rule(
+        "the kernel and the contracts import no driver",
+        ("intention_kernel/kernel", "intention_kernel/contracts"),
+        lambda m: DRIVERS(m) or m.split(".")[0] == "sqlite3",
     ),
 ]
 
@@ -78,7 +152,8 @@ def imports_of(source: str, module: str, *, is_package: bool = False) -> Iterato
 def violations(rule: Rule) -> list[str]:
     found = []
     for directory in rule.packages:
-        for path in sorted((ROOT / directory).rglob("*.py")):
+        base = ROOT / directory
+        for path in [base] if base.is_file() else sorted(base.rglob("*.py")):
             name = module_name(path)
             source = path.read_text(encoding="utf-8")
             for imported in imports_of(source, name, is_package=path.name == "__init__.py"):

@@ -123,6 +123,13 @@ def emit(as_json: bool, data: Any, human: Callable[[], None]) -> None:
         human()
 
 
+def print_fields(rows: list[tuple[str, object]]) -> None:
+    """Label/value lines with the values aligned (``status``, ``outbox stats``)."""
+    width = max(len(label) for label, _ in rows) + 1
+    for label, value in rows:
+        out.print(f"{label:<{width}}{value}", markup=False)
+
+
 def age(moment: datetime | None) -> str:
     """``3d 4h`` style age of a timestamp (``-`` when unknown)."""
     if moment is None:

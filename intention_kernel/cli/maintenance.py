@@ -19,6 +19,7 @@ from ._common import (
     open_store,
     out,
     parse_duration,
+    print_fields,
     run,
     store_location,
 )
@@ -43,13 +44,17 @@ def status(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
     data = run(as_json, body)
 
     def human() -> None:
-        out.print(f"backend            {data.backend}")
-        out.print(f"schema version     {data.schema_version}")
-        out.print(f"threads            {data.threads}")
-        out.print(f"turns              {data.turns}")
-        out.print(f"uncertain receipts {data.uncertain_receipts}")
-        out.print(f"undelivered events {data.undelivered_events}")
-        out.print(f"dead events        {data.dead_events}")
+        print_fields(
+            [
+                ("backend", data.backend),
+                ("schema version", data.schema_version),
+                ("threads", data.threads),
+                ("turns", data.turns),
+                ("uncertain receipts", data.uncertain_receipts),
+                ("undelivered events", data.undelivered_events),
+                ("dead events", data.dead_events),
+            ]
+        )
 
     emit(as_json, data, human)
 

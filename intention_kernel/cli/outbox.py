@@ -32,6 +32,7 @@ from ._common import (
     open_store,
     out,
     parse_duration,
+    print_fields,
     run,
 )
 
@@ -188,12 +189,16 @@ def stats(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
 
     def human() -> None:
         oldest = data.oldest_pending_age
-        out.print(f"pending            {data.pending}")
-        out.print(f"claimed            {data.claimed}")
-        out.print(f"dead               {data.dead}")
-        out.print(f"delivered          {data.delivered}")
-        out.print(f"oldest pending     {'-' if oldest is None else f'{oldest:.1f}s'}")
-        out.print(f"blocked threads    {data.blocked_threads}")
+        print_fields(
+            [
+                ("pending", data.pending),
+                ("claimed", data.claimed),
+                ("dead", data.dead),
+                ("delivered", data.delivered),
+                ("oldest pending", "-" if oldest is None else f"{oldest:.1f}s"),
+                ("blocked threads", data.blocked_threads),
+            ]
+        )
 
     emit(as_json, data, human)
 

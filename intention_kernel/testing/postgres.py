@@ -11,12 +11,11 @@ import asyncio
 import os
 from typing import Any, ClassVar
 
-import asyncpg
 import pytest
 
 from ..contracts.durability import DurabilityStore
 from ..contracts.ids import new_id
-from ..durability.postgres import PostgresDurability
+from ..durability.postgres import PostgresDurability, admin_connection, drop_schema
 from .conformance import ConformanceHarness
 
 __all__ = [
@@ -41,8 +40,8 @@ def require_postgres(dsn: str | None = None) -> str:
     dsn = dsn or postgres_dsn()
 
     async def ping() -> None:
-        conn = await asyncpg.connect(dsn, timeout=5)
-        await conn.close()
+        async with admin_connection(dsn, connect_timeout=5):
+            pass
 
     try:
         asyncio.run(ping())
@@ -56,14 +55,6 @@ def require_postgres(dsn: str | None = None) -> str:
 
 def scratch_schema(prefix: str = "ik_test") -> str:
     return f"{prefix}_{new_id('s').split('_', 1)[1]}"
-
-
-async def drop_schema(dsn: str, schema: str) -> None:
-    conn = await asyncpg.connect(dsn)
-    try:
-        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-    finally:
-        await conn.close()
 
 
 class UnfencedPostgresDurability(PostgresDurability):
@@ -131,14 +122,11 @@ class PostgresHarness(ConformanceHarness):
         loop.close = close  # type: ignore[method-assign]
 
     async def revoke_lease(self, thread_id: str) -> None:
-        conn = await asyncpg.connect(self.dsn)
-        try:
+        async with admin_connection(self.dsn) as conn:
             await conn.execute(
                 f'UPDATE "{self.schema}".leases SET epoch = epoch + 1 WHERE thread_id = $1',
                 thread_id,
             )
-        finally:
-            await conn.close()
 
     async def _cleanup(self) -> None:
         if self._created:

@@ -2,7 +2,7 @@
 
 from ._adapter import PostgresDurability
 from ._lease import LeaseSettings
-from ._operator import read_schema_info
+from ._operator import admin_connection, drop_schema, read_schema_info
 from ._schema import DEFAULT_SCHEMA, MIGRATIONS, check_schema_name
 
 __all__ = [
@@ -10,6 +10,8 @@ __all__ = [
     "MIGRATIONS",
     "LeaseSettings",
     "PostgresDurability",
+    "admin_connection",
     "check_schema_name",
+    "drop_schema",
     "read_schema_info",
 ]
