@@ -1,28 +1,40 @@
 """PostgreSQL turn throughput, side by side with pgbench in one run (not a timed test).
 
-    .venv/bin/python bench/postgres_turns.py [--dsn URL] [--seconds 8]
+    .venv/bin/python bench/postgres_turns.py [--dsn URL] [--seconds 10] [--reps 3]
 
-Prints a table of ratios and writes ``bench/results/postgres_turns.json``:
-- the adapter's turns/s (no effect, one effect) at concurrency 1 and 8;
-- pgbench running the adapter's own statements (captured from ``Statements``) - ratio >= 0.8;
-- pgbench running the reference turns ``turn_1c.sql`` / ``turn_3c.sql`` - ratio >= 0.7;
-- round trips, durable commits and WAL bytes per turn; replay round trips;
-- per-turn cost at thread length 10 vs 10,000.
+For a turn without effects and a turn with one effect, at 1 and 8 clients, each repetition
+runs three cells one after the other, each in a fresh process:
+
+- ours: the store through its public API (``open_durability``, ``with_turn``, ``run_effect``,
+  ``commit``), one thread per client, clients spread over up to one process per core;
+- same SQL: pgbench sending the statements the store sent for one turn (recorded from the
+  store in this run, same parameters, see ``_capture``);
+- reference: pgbench running ``turn_1c.sql`` / ``turn_3c.sql`` from the reference directory.
+
+Ratios are taken within each repetition and the medians reported. Every cell records, from
+the server, per turn: transactions (``pg_stat_database``), WAL records, full-page images, bytes
+and fsyncs (``pg_stat_wal``), statements (``pg_stat_statements`` when preloaded, else counted on
+the client from the recorded turn), commit records (``pg_walinspect``), server CPU (``/proc``),
+client CPU (``getrusage``) and the machine load. Then: a replay (statements and WAL, expected
+one statement and no WAL) and the per-turn time on a thread of 10 turns vs 10,000.
+
+Writes ``bench/results/postgres_turns.json`` and prints a table. Loopback only; each cell ends
+after ``--seconds``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
-import multiprocessing
 import os
 import re
+import resource
 import statistics
-import subprocess
+import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -30,414 +42,549 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
-from intention_kernel.contracts import DurableTurnResult, KernelCheckpoint, TurnScope
-from intention_kernel.contracts.events import KernelEvent
-from intention_kernel.contracts.receipts import EffectAuthority, EffectIdentity
-from intention_kernel.durability.postgres import PostgresDurability
-from intention_kernel.durability.postgres._sql import Statements
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _capture import Call, Recorder, Script, build_script
+from _payloads import STATE, Failed, failing, operation
+from _server import Probe, machine
+
+from intention_kernel import KernelError
+from intention_kernel.durability import open_durability
 
 ROOT = Path(__file__).resolve().parent
+RESULTS = ROOT / "results" / "postgres_turns.json"
 REFERENCE = Path(os.environ.get("IK_BENCH_REFERENCE", "/work/shared/bench/reference"))
-SCHEMA = "ik_bench"
+DEFAULT_DSN = os.environ.get("IK_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+BENCH_DB = "ik_bench"
 REF_DB = "ik_bench_ref"
-WORDS = [
-    "agent",
-    "turn",
-    "payment",
-    "refund",
-    "ticket",
-    "order",
-    "review",
-    "update",
-    "schedule",
-    "note",
-]
-
-
-def words(n: int, seed: int) -> str:
-    return " ".join(WORDS[(seed * 7 + i * 3) % len(WORDS)] for i in range(n))
-
-
-STATE = {f"k{i:03d}": words(10, i) for i in range(53)}  # ~4 KB, like the reference
-RESPONSE = {"reply": words(300, 1), "tool_calls": [{"name": "send_email", "body": words(80, 2)}]}
-
-
-def result_for(scope: TurnScope, effect_value: Any = None) -> DurableTurnResult:
-    revision = 1 if scope.checkpoint is None else scope.checkpoint.revision + 1
-    checkpoint = KernelCheckpoint(revision=revision, agent_fingerprint="bench", metadata=STATE)
-    response = dict(RESPONSE, effect=effect_value)
-    return DurableTurnResult(
-        thread_id=scope.thread_id,
-        turn_id=scope.turn_id,
-        trace_id=f"trace-{scope.turn_id}",
-        response=response,
-        checkpoint=checkpoint,
-    )
-
-
-def events_for(scope: TurnScope) -> list[KernelEvent]:
-    now = datetime.now(UTC)
-    return [
-        KernelEvent(
-            id=f"evt-{scope.turn_id}-{i}",
-            type=kind,
-            occurred_at=now,
-            thread_id=scope.thread_id,
-            turn_id=scope.turn_id,
-            sequence=i,
-            correlation_id=f"trace-{scope.turn_id}",
-            data={"body": words(25, i)},
-        )
-        for i, kind in enumerate(["turn.completed", "message.created", "effect.completed"])
-    ]
-
-
-async def provider(authority: EffectAuthority) -> Any:
-    return {"provider_id": "msg_123", "status": 202}
-
-
-def make_operation(effects: int) -> Callable[[TurnScope], Awaitable[None]]:
-    async def operation(scope: TurnScope) -> None:
-        if scope.prior_result is not None:
-            return
-        value = None
-        for i in range(effects):
-            key = f"send_email:{scope.turn_id}:{i}"
-            value = (await scope.run_effect(EffectIdentity(key, "send_email"), provider)).value
-        await scope.commit(result_for(scope, value), events_for(scope))
-
-    return operation
-
-
-# ---------------------------------------------------------------- adapter runs
-
-
-def _client_process(dsn: str, effects: int, clients: range, seconds: float, out: Any) -> None:
-    async def main() -> int:
-        store = await PostgresDurability.open(dsn, schema=SCHEMA, max_size=len(clients) + 2)
-        operation = make_operation(effects)
-        deadline = time.monotonic() + seconds
-        counts = [0] * len(clients)
-
-        async def client(slot: int, c: int) -> None:
-            n = 0
-            while time.monotonic() < deadline:
-                await store.with_turn(f"bench-{effects}-{c}", f"t{os.getpid()}-{n}", operation)
-                n += 1
-            counts[slot] = n
-
-        await asyncio.gather(*(client(i, c) for i, c in enumerate(clients)))
-        await store.close()
-        return sum(counts)
-
-    out.put(asyncio.run(main()))
-
-
-def adapter_tps(dsn: str, effects: int, concurrency: int, seconds: float) -> float:
-    """Turns/s with ``concurrency`` clients (each on its own thread) over two processes."""
-    ctx = multiprocessing.get_context("fork")
-    queue = ctx.Queue()
-    procs = min(concurrency, 2)
-    per = [range(p, concurrency, procs) for p in range(procs)]
-    processes = [
-        ctx.Process(target=_client_process, args=(dsn, effects, per[p], seconds, queue))
-        for p in range(procs)
-    ]
-    for p in processes:
-        p.start()
-    total = sum(queue.get() for _ in processes)
-    for p in processes:
-        p.join()
-    return total / seconds
-
-
-class CountingPool:
-    def __init__(self, pool: Any) -> None:
-        self.pool = pool
-        self.count = 0
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self.pool, name)
-        if name not in ("fetchrow", "fetch", "execute", "fetchval"):
-            return attr
-
-        async def call(*args: Any, **kwargs: Any) -> Any:
-            self.count += 1
-            return await attr(*args, **kwargs)
-
-        return call
-
-
-async def per_turn_figures(dsn: str) -> dict[str, Any]:
-    """Round trips, durable commits and WAL bytes per turn; replay; thread-length cost."""
-    store = await PostgresDurability.open(dsn, schema=SCHEMA, max_size=2)
-    counting = CountingPool(store._pool)
-    store._pool = counting
-    conn = await asyncpg.connect(dsn)
-    figures: dict[str, Any] = {}
-    for effects in (0, 1):
-        op = make_operation(effects)
-        n = 200
-        await store.with_turn("fig", f"warm-{effects}", op)
-        counting.count = 0
-        lsn0 = await conn.fetchval("SELECT pg_current_wal_lsn()")
-        for i in range(n):
-            await store.with_turn(f"fig-{effects}", f"turn-{i}", op)
-        wal = await conn.fetchval("SELECT pg_current_wal_lsn() - $1::pg_lsn", lsn0)
-        figures[f"effects_{effects}"] = {
-            "round_trips_per_turn": counting.count / n,
-            "durable_commits_per_turn": 1 + 2 * effects,  # prepared, completed, commit
-            "wal_bytes_per_turn": round(float(wal) / n),
-        }
-    counting.count = 0
-    await store.with_turn("fig-0", "turn-0", make_operation(0))
-    figures["replay_round_trips"] = counting.count
-    figures["replay_takes_lease"] = False
-    figures["thread_length"] = await thread_length_cost(store, conn)
-    await conn.close()
-    await store.close()
-    return figures
-
-
-async def thread_length_cost(store: PostgresDurability, conn: Any) -> dict[str, float]:
-    """Seconds per turn on a thread with 10 committed turns vs one with 10,000."""
-    op = make_operation(0)
-    for i in range(10):
-        await store.with_turn("short", f"seed-{i}", op)
-    # Grow the long thread with the same rows a turn writes, in bulk.
-    await store.with_turn("long", "seed-0", op)
-    s = f'"{SCHEMA}"'
-    await conn.execute(
-        f"INSERT INTO {s}.turns (thread_id, turn_id, revision, fingerprint, result)"
-        f" SELECT 'long', 'bulk-' || g, g, NULL, t.result"
-        f" FROM generate_series(2, 10000) g, {s}.turns t"
-        f" WHERE t.thread_id = 'long' AND t.turn_id = 'seed-0'"
-    )
-    last = await conn.fetchval(
-        f"SELECT result FROM {s}.turns WHERE thread_id = 'long' AND turn_id = 'seed-0'"
-    )
-    fixed = json.loads(last)
-    fixed["turn_id"] = "bulk-10000"
-    fixed["checkpoint"]["revision"] = 10000
-    await conn.execute(
-        f"UPDATE {s}.turns SET result = $1 WHERE thread_id = 'long' AND revision = 10000",
-        json.dumps(fixed),
-    )
-    await conn.execute(
-        f"UPDATE {s}.heads SET revision = 10000, turn_id = 'bulk-10000' WHERE thread_id = 'long'"
-    )
-    await conn.execute(f"ANALYZE {s}.turns")
-    timings: dict[str, float] = {}
-    for thread in ("short", "long", "short", "long"):
-        started = time.perf_counter()
-        for i in range(150):
-            await store.with_turn(thread, f"m-{time.monotonic_ns()}-{i}", op)
-        timings[thread] = min(timings.get(thread, 1e9), (time.perf_counter() - started) / 150)
-    return {
-        "seconds_per_turn_at_10": timings["short"],
-        "seconds_per_turn_at_10000": timings["long"],
-        "ratio": timings["long"] / timings["short"],
-    }
-
-
-# ---------------------------------------------------------------- pgbench
-
-
-def _literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
-def ours_script(effects: int) -> str:
-    """The adapter's own statements for one turn, as a pgbench script."""
-    sql = Statements.render(SCHEMA)
-    # Parameters become pgbench variables or literals; NULLs become 0 for \gset.
-    acquire = sql.acquire.replace("SELECT a.epoch,", "SELECT coalesce(a.epoch, 0) AS epoch,")
-    acquire = acquire.replace(
-        "h.revision AS head_revision", "coalesce(h.revision, 0) AS head_revision"
-    )
-    result = _literal(json.dumps({"thread_id": "x", "response": RESPONSE, "state": STATE}))
-    event = _literal(json.dumps({"type": "turn.completed", "data": {"body": words(25, 0)}}))
-    thread = "'pgb-' || :client_id"
-    owner = "'pgb-' || :client_id || '-' || :r"
-    turn = "'t-' || :r"
-
-    def bind(statement: str, values: dict[int, str]) -> str:
-        out = statement
-        for n in sorted(values, reverse=True):
-            out = out.replace(f"${n}", values[n])
-        return " ".join(out.split()) + ";"
-
-    lease = {1: thread, 2: ":epoch", 3: owner}
-    lines = [
-        r"\set r random(1, 2000000000)",
-        bind(acquire, {1: thread, 2: turn, 3: owner, 4: "10", 5: "true"})
-        + "\n\\gset".replace(";\n", "\n"),
-    ]
-    lines[-1] = lines[-1].replace(";\n\\gset", "\n\\gset")
-    receipt = _literal(json.dumps({"status": "prepared", "key": "k", "pad": words(20, 3)}))
-    for _ in range(effects):
-        key = "'send_email:' || :r"
-        lines.append(bind(sql.read_receipt, {**lease, 4: key}))
-        for status, expected in (("prepared", "NULL"), ("completed", "'prepared'")):
-            lines.append(
-                bind(
-                    sql.write_receipt,
-                    {
-                        **lease,
-                        4: key,
-                        5: "'rcpt-' || :r",
-                        6: _literal(status),
-                        7: "now()",
-                        8: receipt,
-                        9: expected,
-                    },
-                )
-            )
-    lines.append(
-        bind(
-            sql.commit,
-            {
-                **lease,
-                4: turn,
-                5: ":head_revision + 1",
-                6: ":head_revision",
-                7: "NULL",
-                8: result,
-                9: "'{0,1,2}'",
-                10: f"ARRAY[{event}, {event}, {event}]",
-            },
-        )
-    )
-    lines.append(bind(sql.release, lease))
-    return "\n".join(lines) + "\n"
-
-
-def pgbench(dbname_dsn: str, script: str, clients: int, seconds: float) -> float:
-    with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as f:
-        f.write(script)
-    out = subprocess.run(
-        [
-            "pgbench",
-            "-n",
-            "-M",
-            "prepared",
-            "-c",
-            str(clients),
-            "-j",
-            str(min(clients, 2)),
-            "-T",
-            str(int(seconds)),
-            "-f",
-            f.name,
-            dbname_dsn,
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    match = re.search(r"tps = ([0-9.]+) \(without initial connection time\)", out.stdout)
-    if not match:
-        raise RuntimeError(f"pgbench failed: {out.stdout[-500:]} {out.stderr[-1500:]}")
-    return float(match.group(1))
+SCHEMA = "ik_bench"
+CPUS = os.cpu_count() or 1
+KINDS = ((0, "no effect", "turn_1c.sql"), (1, "one effect", "turn_3c.sql"))
 
 
 def with_db(dsn: str, db: str) -> str:
-    parts = urlsplit(dsn)
-    return urlunsplit(parts._replace(path=f"/{db}"))
+    return urlunsplit(urlsplit(dsn)._replace(path=f"/{db}"))
 
 
-async def setup_reference(dsn: str) -> str:
-    conn = await asyncpg.connect(dsn)
-    if not await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", REF_DB):
-        await conn.execute(f"CREATE DATABASE {REF_DB}")
-    await conn.close()
-    ref = with_db(dsn, REF_DB)
-    conn = await asyncpg.connect(ref)
-    await conn.execute((REFERENCE / "schema.sql").read_text())
-    state = json.dumps({"version": 1, "facts": STATE})
-    for i in range(1, 17):
-        await conn.execute("INSERT INTO threads (thread_id) VALUES ($1)", i)
-        await conn.execute("INSERT INTO checkpoints VALUES ($1, 0, $2::jsonb)", i, state)
-        await conn.execute("INSERT INTO counters (id) VALUES ($1)", i)
-    await conn.close()
-    return ref
+def store_url(dsn: str) -> str:
+    url = with_db(dsn, BENCH_DB)
+    return f"{url}{'&' if urlsplit(url).query else '?'}schema={SCHEMA}"
 
 
-async def reset_schema(dsn: str) -> None:
-    conn = await asyncpg.connect(dsn)
-    await conn.execute(f'DROP SCHEMA IF EXISTS "{SCHEMA}" CASCADE')
-    await conn.close()
-    store = await PostgresDurability.open(dsn, schema=SCHEMA, setup=True)
+def cpu_seconds(usage: resource.struct_rusage) -> float:
+    return usage.ru_utime + usage.ru_stime
+
+
+# ---------------------------------------------------------------- ours: one child process
+
+
+async def child(spec: dict[str, Any]) -> None:
+    """Runs in a fresh process: seed each thread with one turn, say ``ready``, wait for ``go``,
+    run turns for the given seconds, print the counts and this process's CPU."""
+    store = await open_durability(spec["url"])
+    op = operation(spec["effects"])
+    threads: list[str] = spec["threads"]
+    await asyncio.gather(*(store.with_turn(t, "seed", op) for t in threads))
+    print("ready", flush=True)
+    line = await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+    seconds = float(line.split()[1])
+    counts = [0] * len(threads)
+    errors: list[str] = []
+    started = time.monotonic()
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    deadline = started + seconds
+
+    async def client(slot: int, thread: str) -> None:
+        n = 0
+        while time.monotonic() < deadline:
+            n += 1
+            try:
+                await store.with_turn(thread, f"t{n}", op)
+            except KernelError as exc:
+                errors.append(type(exc).__name__)
+            counts[slot] = n
+
+    await asyncio.gather(*(client(i, t) for i, t in enumerate(threads)))
+    elapsed = time.monotonic() - started
+    cpu = cpu_seconds(resource.getrusage(resource.RUSAGE_SELF)) - cpu_seconds(usage)
+    print(json.dumps({"turns": sum(counts), "seconds": elapsed, "cpu": cpu, "errors": errors}))
+    sys.stdout.flush()
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)  # "exit"
     await store.close()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--dsn", default=os.environ.get("IK_POSTGRES_DSN", "postgresql://postgres@127.0.0.1/test")
-    )
-    parser.add_argument("--seconds", type=float, default=8)
-    parser.add_argument("--repeat", type=int, default=1, help="runs per cell; medians reported")
-    parser.add_argument("--out", default=str(ROOT / "results" / "postgres_turns.json"))
-    args = parser.parse_args()
-    asyncio.run(reset_schema(args.dsn))
-    ref = asyncio.run(setup_reference(args.dsn))
-    rows: list[dict[str, Any]] = []
-    for effects, reference in ((0, "turn_1c.sql"), (1, "turn_3c.sql")):
-        for clients in (1, 8):
-            runs: list[tuple[float, float, float]] = []
-            for _ in range(args.repeat):  # interleaved, so load changes hit all three alike
-                runs.append(
-                    (
-                        adapter_tps(args.dsn, effects, clients, args.seconds),
-                        pgbench(args.dsn, ours_script(effects), clients, args.seconds),
-                        pgbench(ref, (REFERENCE / reference).read_text(), clients, args.seconds),
-                    )
-                )
-            ours, same_sql, ref_tps = (statistics.median(r[i] for r in runs) for i in range(3))
-            rows.append(
-                {
-                    "turn": "one effect" if effects else "no effect",
-                    "clients": clients,
-                    "adapter_tps": round(ours, 1),
-                    "pgbench_same_sql_tps": round(same_sql, 1),
-                    "reference": reference,
-                    "reference_tps": round(ref_tps, 1),
-                    "ratio_vs_same_sql": round(ours / same_sql, 3),
-                    "ratio_vs_reference": round(ours / ref_tps, 3),
-                    "runs": [[round(x, 1) for x in r] for r in runs],
-                }
+async def ours_cell(
+    probe: Probe, dsn: str, effects: int, clients: int, seconds: float, tag: str
+) -> dict[str, Any]:
+    procs = min(clients, CPUS)
+    threads = [f"{tag}-{c}" for c in range(clients)]
+    children = []
+    for p in range(procs):
+        spec = {"url": store_url(dsn), "effects": effects, "threads": threads[p::procs]}
+        children.append(
+            await asyncio.create_subprocess_exec(
+                sys.executable,
+                __file__,
+                "--child",
+                json.dumps(spec),
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
             )
-            print(rows[-1], flush=True)
-    figures = asyncio.run(per_turn_figures(args.dsn))
-    print()
-    header = f"{'turn':<11} {'c':>2} {'adapter/s':>10} {'pgb same':>9} {'ratio':>6}"
-    print(header + f" {'reference':>12} {'ref/s':>8} {'ratio':>6}")
-    for r in rows:
-        print(
-            f"{r['turn']:<11} {r['clients']:>2} {r['adapter_tps']:>10.1f}"
-            f" {r['pgbench_same_sql_tps']:>9.1f} {r['ratio_vs_same_sql']:>6.2f}"
-            f" {r['reference']:>12} {r['reference_tps']:>8.1f} {r['ratio_vs_reference']:>6.2f}"
         )
-    print(json.dumps(figures, indent=2))
-    report = {
-        "measured_at": datetime.now(UTC).isoformat(),
-        "seconds_per_run": args.seconds,
-        "repeat": args.repeat,
-        "cpu_count": os.cpu_count(),
-        "throughput": rows,
-        "per_turn": figures,
-        "goals": {"ratio_vs_same_sql_c8": 0.8, "ratio_vs_reference_c8": 0.7},
+    for proc in children:
+        assert proc.stdout is not None
+        ready = (await proc.stdout.readline()).decode().strip()
+        if ready != "ready":
+            raise RuntimeError(f"a benchmark process did not start: {ready!r}")
+    before = await probe.snapshot(BENCH_DB)
+    sampler = probe.sampler(BENCH_DB)
+    for proc in children:
+        assert proc.stdin is not None
+        proc.stdin.write(f"go {seconds}\n".encode())
+        await proc.stdin.drain()
+    reports = []
+    for proc in children:
+        assert proc.stdout is not None
+        reports.append(json.loads(await proc.stdout.readline()))
+    cell_cpu = sampler.stop() if sampler else None  # before the connections close
+    for proc in children:
+        assert proc.stdin is not None
+        proc.stdin.write(b"exit\n")
+        await proc.stdin.drain()
+        await proc.wait()
+    await probe.wait_idle([BENCH_DB])
+    after = await probe.snapshot(BENCH_DB)
+    turns = sum(int(r["turns"]) for r in reports)
+    elapsed = max(float(r["seconds"]) for r in reports)
+    errors = [e for r in reports for e in r["errors"]]
+    out: dict[str, Any] = {
+        "turns": turns,
+        "turns_per_s": round(turns / elapsed, 1),
+        "processes": procs,
+        "errors": len(errors),
+        "client_cpu_us_per_turn": round(sum(float(r["cpu"]) for r in reports) / turns * 1e6, 1),
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
-    asyncio.run(_drop(args.dsn))
+    out.update(await probe.delta(before, after, turns, cell_cpu, BENCH_DB))
+    return out
 
 
-async def _drop(dsn: str) -> None:
+# ---------------------------------------------------------------- pgbench cells
+
+
+def _write(text: str) -> str:
+    with tempfile.NamedTemporaryFile("w", suffix=".sql", prefix="ik-bench-", delete=False) as f:
+        f.write(text)
+    return f.name
+
+
+async def pgbench_cell(
+    probe: Probe,
+    db: str,
+    dsn: str,
+    script: str,
+    variables: dict[str, str],
+    clients: int,
+    seconds: float,
+) -> dict[str, Any]:
+    path = _write(script)
+    defines: list[str] = []
+    for name, value in variables.items():
+        defines += ["-D", f"{name}={value}"]
+    command = ["pgbench", "-n", "-M", "prepared", "-c", str(clients)]
+    command += ["-j", str(min(clients, CPUS)), "-T", str(max(1, round(seconds)))]
+    command += ["-f", path, *defines, with_db(dsn, db)]
+    before = await probe.snapshot(db)
+    sampler = probe.sampler(db)
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = await asyncio.create_subprocess_exec(
+        *command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    stdout, stderr = await proc.communicate()
+    cpu = cpu_seconds(resource.getrusage(resource.RUSAGE_CHILDREN)) - cpu_seconds(usage)
+    cell_cpu = sampler.stop() if sampler else None
+    await probe.wait_idle([db])
+    after = await probe.snapshot(db)
+    os.unlink(path)
+    text = stdout.decode()
+    tps = re.search(r"tps = ([0-9.]+) \(without initial connection time\)", text)
+    done = re.search(r"number of transactions actually processed: (\d+)", text)
+    failed = re.search(r"number of failed transactions: (\d+)", text)
+    if proc.returncode != 0 or tps is None or done is None or "aborted" in text:
+        raise RuntimeError(f"pgbench failed: {text[-400:]} {stderr.decode()[-1500:]}")
+    turns = int(done.group(1))
+    out: dict[str, Any] = {
+        "turns": turns,
+        "turns_per_s": round(float(tps.group(1)), 1),
+        "errors": int(failed.group(1)) if failed else 0,
+        "client_cpu_us_per_turn": round(cpu / turns * 1e6, 1),
+    }
+    out.update(await probe.delta(before, after, turns, cell_cpu, db))
+    return out
+
+
+# ---------------------------------------------------------------- recording our statements
+
+
+async def capture(dsn: str, effects: int) -> tuple[Script, list[Call], list[Call]]:
+    """Record one steady-state turn of the store (the thread already holds committed and
+    failed turns, so epoch, revision and revision + 1 differ) and a replay of it."""
+    store = await open_durability(store_url(dsn))
+    thread = f"cap{effects}x{os.getpid()}"
+    op = operation(effects)
+    for i in range(3):
+        await store.with_turn(thread, f"capseed{i}", op)
+    for i in range(4):
+        with contextlib.suppress(Failed):
+            await store.with_turn(thread, f"capfail{i}", failing)
+    recorder = Recorder()
+    with recorder.installed():
+        recorder.active = True
+        await store.with_turn(thread, "capturn", op)
+        await asyncio.sleep(0.2)  # anything the turn left running in the background
+        turn_calls, recorder.calls = recorder.calls, []
+        await store.with_turn(thread, "capturn", op)
+        await asyncio.sleep(0.2)
+        recorder.active = False
+        replay_calls = recorder.calls
+    await store.close()
+    conn = await asyncpg.connect(with_db(dsn, BENCH_DB))
+    try:
+        script = await build_script(
+            conn, turn_calls, thread_id=thread, turn_id="capturn", loaded_revision=3
+        )
+    finally:
+        await conn.close()
+    return script, turn_calls, replay_calls
+
+
+async def seed_threads(dsn: str, effects: int, threads: list[str]) -> None:
+    store = await open_durability(store_url(dsn))
+    try:
+        for thread in threads:
+            await store.with_turn(thread, "seed", operation(effects))
+    finally:
+        await store.close()
+
+
+# ---------------------------------------------------------------- setup
+
+
+async def setup(dsn: str) -> None:
     conn = await asyncpg.connect(dsn)
-    await conn.execute(f'DROP SCHEMA IF EXISTS "{SCHEMA}" CASCADE')
-    await conn.close()
+    try:
+        for db in (BENCH_DB, REF_DB):
+            if not await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", db):
+                await conn.execute(f'CREATE DATABASE "{db}"')
+    finally:
+        await conn.close()
+    conn = await asyncpg.connect(with_db(dsn, BENCH_DB))
+    try:
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{SCHEMA}" CASCADE')
+    finally:
+        await conn.close()
+    store = await open_durability(store_url(dsn), setup=True)
+    await store.close()
+    conn = await asyncpg.connect(with_db(dsn, REF_DB))
+    try:
+        await conn.execute((REFERENCE / "schema.sql").read_text())
+        state = json.dumps({"version": 1, "facts": STATE})
+        for i in range(1, 33):
+            await conn.execute("INSERT INTO threads (thread_id) VALUES ($1)", i)
+            await conn.execute("INSERT INTO checkpoints VALUES ($1, 0, $2::jsonb)", i, state)
+            await conn.execute("INSERT INTO counters (id) VALUES ($1)", i)
+    finally:
+        await conn.close()
+
+
+async def checkpoint(probe: Probe) -> None:
+    """Every cell starts right after a checkpoint, so full-page images hit each alike."""
+    await probe.conn.execute("CHECKPOINT")
+
+
+# ---------------------------------------------------------------- replay and thread length
+
+
+async def replay_cost(probe: Probe, dsn: str, replays: int) -> dict[str, Any]:
+    store = await open_durability(store_url(dsn))
+    op = operation(0)
+    await store.with_turn("replay", "done", op)
+    await asyncio.sleep(0.5)  # the WAL writer flushes the turn's asynchronous lease release
+    before = await probe.snapshot(BENCH_DB)
+    for _ in range(replays):
+        await store.with_turn("replay", "done", op)
+    await store.close()
+    await probe.wait_idle([BENCH_DB])
+    after = await probe.snapshot(BENCH_DB)
+    return {"replays": replays, **(await probe.delta(before, after, replays, None, BENCH_DB))}
+
+
+async def thread_length(dsn: str, long: int, sample: int, rounds: int) -> dict[str, Any]:
+    """Per-turn time on a thread with 10 committed turns vs one with ``long``, alternating
+    rounds so that load changes hit both alike; the median round of each is reported."""
+    store = await open_durability(store_url(dsn))
+    op = operation(0)
+    tag = f"len{os.getpid()}"
+    for i in range(10):
+        await store.with_turn(f"{tag}-short", f"fill{i}", op)
+    for i in range(long):
+        await store.with_turn(f"{tag}-long", f"fill{i}", op)
+    timings: dict[str, list[float]] = {"short": [], "long": []}
+    for r in range(rounds):
+        for name in ("short", "long"):
+            started = time.perf_counter()
+            for i in range(sample):
+                await store.with_turn(f"{tag}-{name}", f"sample{r}-{i}", op)
+            timings[name].append((time.perf_counter() - started) / sample)
+    await store.close()
+    short, long_ = statistics.median(timings["short"]), statistics.median(timings["long"])
+    return {
+        "short_turns": 10,
+        "long_turns": long,
+        "sample_turns_per_round": sample,
+        "rounds": rounds,
+        "ms_per_turn_short": round(short * 1000, 3),
+        "ms_per_turn_long": round(long_ * 1000, 3),
+        "ratio": round(long_ / short, 3),
+    }
+
+
+# ---------------------------------------------------------------- the run
+
+
+def _median(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return round(statistics.median(present), 3) if present else None
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    probe = await Probe.open(args.dsn)
+    server = {
+        "version": await probe.conn.fetchval("SHOW server_version"),
+        **{
+            name: await probe.conn.fetchval(f"SHOW {name}")
+            for name in ("fsync", "synchronous_commit", "full_page_writes", "wal_level")
+        },
+        "statements_counted_by": "pg_stat_statements" if probe.statements else "client",
+        "commit_records_counted_by": "pg_walinspect" if probe.walinspect else "not counted",
+        "server_cpu_from": "/proc" if probe.postmaster else "not measured",
+    }
+    started_load = machine()
+    await setup(args.dsn)
+    scripts: dict[int, Script] = {}
+    recorded: dict[int, dict[str, Any]] = {}
+    replay_calls: list[Call] = []
+    for effects, _, _ in KINDS:
+        script, calls, replay_calls = await capture(args.dsn, effects)
+        scripts[effects] = script
+        recorded[effects] = {
+            "statements": len(calls),
+            "sql": [" ".join(c.query.split()) for c in calls],
+            "pgbench_script": script.text,
+        }
+    cells: list[dict[str, Any]] = []
+    for effects, kind, reference in KINDS:
+        for clients in args.clients:
+            reps: list[dict[str, Any]] = []
+            for rep in range(args.reps):
+                tag = f"{'e' if effects else 'p'}{clients}r{rep}x{os.getpid()}"
+                results: dict[str, dict[str, Any]] = {}
+                order = ["ours", "same_sql", "reference"]
+                order = order[rep % 3 :] + order[: rep % 3]
+                for side in order:
+                    load = machine()
+                    await checkpoint(probe)
+                    if side == "ours":
+                        cell = await ours_cell(probe, args.dsn, effects, clients, args.seconds, tag)
+                        if not probe.statements:
+                            cell["statements_per_turn"] = recorded[effects]["statements"]
+                    elif side == "same_sql":
+                        prefix = f"{tag}-pgb-"
+                        await seed_threads(
+                            args.dsn, effects, [f"{prefix}{c}" for c in range(clients)]
+                        )
+                        variables = {**scripts[effects].variables, "tp": prefix, "n": "0"}
+                        cell = await pgbench_cell(
+                            probe,
+                            BENCH_DB,
+                            args.dsn,
+                            scripts[effects].text,
+                            variables,
+                            clients,
+                            args.seconds,
+                        )
+                        if not probe.statements:
+                            cell["statements_per_turn"] = scripts[effects].statements
+                    else:
+                        text = (REFERENCE / reference).read_text()
+                        cell = await pgbench_cell(
+                            probe, REF_DB, args.dsn, text, {}, clients, args.seconds
+                        )
+                        if not probe.statements:
+                            cell["statements_per_turn"] = _script_statements(text)
+                    cell["machine"] = load
+                    results[side] = cell
+                ours = results["ours"]["turns_per_s"]
+                reps.append(
+                    {
+                        **results,
+                        "ratio_vs_same_sql": round(ours / results["same_sql"]["turns_per_s"], 3),
+                        "ratio_vs_reference": round(ours / results["reference"]["turns_per_s"], 3),
+                    }
+                )
+                print(_rep_line(kind, clients, rep, reps[-1]), flush=True)
+            cells.append(_summary(kind, reference, clients, reps))
+    replay = await replay_cost(probe, args.dsn, args.replays)
+    replay["round_trips_counted_on_client"] = len(replay_calls)
+    length = await thread_length(args.dsn, args.long_thread, args.length_sample, 5)
+    await probe.close()
+    return {
+        "benchmark": "postgres_turns",
+        "at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "quick": args.seconds < 10 or args.reps < 3,
+        "settings": {
+            "seconds": args.seconds,
+            "reps": args.reps,
+            "clients": args.clients,
+            "pgbench": "-n -M prepared, -j = min(clients, cores)",
+            "ours": "one thread per client, clients over min(clients, cores) processes",
+            "checkpoint_before_each_cell": True,
+        },
+        "server": server,
+        "machine_at_start": started_load,
+        "machine_at_end": machine(),
+        "cells": cells,
+        "replay": replay,
+        "thread_length": length,
+        "recorded_turns": {("one_effect" if e else "no_effect"): r for e, r in recorded.items()},
+        "goals": {
+            "ratio_vs_reference_c8": 0.7,
+            "ratio_vs_same_sql_c8": 0.8,
+            "thread_length_ratio_max": 1.1,
+            "replay_statements": 1,
+            "replay_wal_bytes": 0,
+        },
+    }
+
+
+def _script_statements(text: str) -> int:
+    return sum(1 for line in text.splitlines() if line.strip() and not line.startswith("\\"))
+
+
+PER_TURN = (
+    "statements_per_turn",
+    "xact_commit_per_turn",
+    "commit_records_per_turn",
+    "wal_sync_per_turn",
+    "wal_records_per_turn",
+    "wal_fpi_per_turn",
+    "wal_bytes_per_turn",
+    "db_wal_records_per_turn",
+    "db_wal_bytes_per_turn",
+    "db_wal_fpi_per_turn",
+    "commit_records_all_per_turn",
+    "statement_wal_bytes_per_turn",
+    "client_cpu_us_per_turn",
+    "server_cpu_us_per_turn",
+    "server_cpu_all_us_per_turn",
+)
+
+
+def _summary(kind: str, reference: str, clients: int, reps: list[dict[str, Any]]) -> dict[str, Any]:
+    median: dict[str, Any] = {}
+    for side in ("ours", "same_sql", "reference"):
+        median[side] = {
+            key: _median([r[side].get(key) for r in reps]) for key in ("turns_per_s", *PER_TURN)
+        }
+    return {
+        "turn": kind,
+        "clients": clients,
+        "reference": reference,
+        "ratio_vs_same_sql": _median([r["ratio_vs_same_sql"] for r in reps]),
+        "ratio_vs_reference": _median([r["ratio_vs_reference"] for r in reps]),
+        "median": median,
+        "reps": reps,
+    }
+
+
+def _rep_line(kind: str, clients: int, rep: int, r: dict[str, Any]) -> str:
+    return (
+        f"{kind:<10} c={clients} rep {rep + 1}: ours {r['ours']['turns_per_s']}/s,"
+        f" same SQL {r['same_sql']['turns_per_s']}/s ({r['ratio_vs_same_sql']}x),"
+        f" reference {r['reference']['turns_per_s']}/s ({r['ratio_vs_reference']}x)"
+    )
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float) and value >= 100:
+        return f"{value:.0f}"
+    return f"{value:g}"
+
+
+def print_table(report: dict[str, Any]) -> None:
+    columns = [
+        ("turns/s", "turns_per_s"),
+        ("stmts", "statements_per_turn"),
+        ("xacts", "xact_commit_per_turn"),
+        ("commit rec", "commit_records_per_turn"),
+        ("wal sync", "wal_sync_per_turn"),
+        ("wal B", "db_wal_bytes_per_turn"),
+        ("fpi", "db_wal_fpi_per_turn"),
+        ("client us", "client_cpu_us_per_turn"),
+        ("server us", "server_cpu_us_per_turn"),
+    ]
+    header = f"{'turn':<11}{'c':>3} {'side':<10}" + "".join(f"{t:>11}" for t, _ in columns)
+    print(header + f"{'ratio':>8}")
+    for cell in report["cells"]:
+        for side in ("ours", "same_sql", "reference"):
+            values = cell["median"][side]
+            ratio = ""
+            if side == "same_sql":
+                ratio = _fmt(cell["ratio_vs_same_sql"])
+            elif side == "reference":
+                ratio = _fmt(cell["ratio_vs_reference"])
+            print(
+                f"{cell['turn']:<11}{cell['clients']:>3} {side:<10}"
+                + "".join(f"{_fmt(values[k]):>11}" for _, k in columns)
+                + f"{ratio:>8}"
+            )
+    replay = report["replay"]
+    print(
+        f"replay: {_fmt(replay.get('statements_per_turn'))} statement(s) on the server,"
+        f" {replay['round_trips_counted_on_client']} on the client,"
+        f" {_fmt(replay.get('db_wal_records_per_turn'))} WAL records"
+        f" ({_fmt(replay.get('db_wal_bytes_per_turn'))} bytes) in the bench database and"
+        f" {_fmt(replay.get('commit_records_per_turn'))} commit records per replay"
+    )
+    length = report["thread_length"]
+    print(
+        f"thread length 10 vs {length['long_turns']}: {length['ms_per_turn_short']} vs"
+        f" {length['ms_per_turn_long']} ms per turn (ratio {length['ratio']})"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--dsn", default=DEFAULT_DSN, help="a database for the monitoring link")
+    parser.add_argument("--seconds", type=float, default=10.0, help="seconds per cell")
+    parser.add_argument("--reps", type=int, default=3, help="repetitions; medians reported")
+    parser.add_argument("--clients", type=lambda s: [int(c) for c in s.split(",")], default=[1, 8])
+    parser.add_argument("--replays", type=int, default=200)
+    parser.add_argument("--long-thread", type=int, default=10_000)
+    parser.add_argument("--length-sample", type=int, default=40, help="turns per round")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        asyncio.run(child(json.loads(args.child)))
+        return
+    report = asyncio.run(run(args))
+    print()
+    print_table(report)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":
