@@ -7,16 +7,18 @@ logged, replayed in evaluations and redacted.
 A request names its ``task`` (``interpret``, ``repair``, ``compose``), the ``model`` the agent
 asked for, a ``system`` text, a JSON ``input`` and the JSON Schema the answer must match. The
 gateway returns ``ModelResponse.output``; the kernel validates it and never trusts it.
-A provider failure is raised as ``ModelGatewayError`` (retryable).
+A provider failure is raised as ``ModelGatewayError`` (``retryable`` says whether sending the
+same request again may help). A provider that declines to answer (a refusal or a content-filter
+stop) is not a failure: the response carries a ``ModelRefusal`` and no output.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
-__all__ = ["ModelGateway", "ModelRequest", "ModelResponse", "ModelTask"]
+__all__ = ["ModelGateway", "ModelRefusal", "ModelRequest", "ModelResponse", "ModelTask"]
 
 ModelTask = str
 """``interpret`` | ``repair`` | ``compose`` (open for future tasks)."""
@@ -40,15 +42,38 @@ class ModelRequest(BaseModel):
     output_schema: dict[str, JsonValue] = Field(default_factory=dict)
 
 
+class ModelRefusal(BaseModel):
+    """The provider declined to answer: the model refused, or a content filter stopped it.
+
+    Its own outcome because neither a retry nor a repair helps (the same question gets the same
+    answer): the kernel answers with a safe fallback instead. ``message`` is the provider's
+    explanation, untrusted model text that is never shown as the agent's answer.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["refusal", "content_filter"]
+    message: str = ""
+
+
 class ModelResponse(BaseModel):
-    """A model's answer: ``output`` is untrusted JSON the kernel validates before use;
-    ``model`` and ``usage`` (token counts by name) are reported as the provider gave them."""
+    """A model's answer: ``output`` is untrusted JSON the kernel validates before use.
+
+    ``model`` and ``provider`` name who answered, as the provider reported it. ``usage`` counts
+    tokens by name: ``input_tokens`` (everything read, cached or not) and ``output_tokens``.
+    ``finish_reason`` is ``stop`` (a complete answer), ``length`` (cut off at the token limit:
+    the output is usually not valid JSON), ``refusal`` or ``content_filter`` (then ``refusal``
+    is set and ``output`` is ``None``); ``None`` when unknown.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     output: JsonValue = None
     model: str | None = None
     usage: dict[str, int] = Field(default_factory=dict)
+    provider: str | None = None
+    finish_reason: str | None = None
+    refusal: ModelRefusal | None = None
 
 
 class ModelGateway(Protocol):

@@ -1,0 +1,123 @@
+"""Bounded, deadline-aware retries of one provider call, in one place for every gateway.
+
+Why ours and not the SDKs': each SDK retries on its own schedule and knows nothing of the
+kernel's deadline. The gateways build their clients with ``max_retries=0`` and retry here:
+jittered exponential backoff, at least as long as the provider's ``retry-after`` asks, never past
+``RetryPolicy.deadline``, and only for failures that may pass (rate limits, overload, 5xx,
+timeouts, lost connections). Everything else fails at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from ..contracts.errors import ConfigurationError, ModelGatewayError
+
+__all__ = ["Failure", "RetryPolicy", "with_retries"]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How a gateway retries one request.
+
+    ``attempts`` calls at most; between them an exponential backoff from ``base_delay`` capped
+    at ``max_delay``, with jitter (half fixed, half random) so clients that failed together do
+    not retry together, and at least the provider's ``retry-after``. ``deadline`` bounds the
+    whole request, waits included: a retry that would start after it is not made.
+    ``attempt_timeout`` bounds one call (shortened to what is left of the deadline). ``sleep``,
+    ``clock`` and ``jitter`` are injectable for tests.
+    """
+
+    attempts: int = 4
+    base_delay: float = 0.5
+    max_delay: float = 10.0
+    deadline: float = 120.0
+    attempt_timeout: float = 60.0
+    sleep: Callable[[float], Awaitable[None]] = field(default=asyncio.sleep, compare=False)
+    clock: Callable[[], float] = field(default=time.monotonic, compare=False)
+    jitter: Callable[[], float] = field(default=random.random, compare=False)
+
+    def __post_init__(self) -> None:
+        numbers = {
+            "base_delay": self.base_delay,
+            "max_delay": self.max_delay,
+            "deadline": self.deadline,
+            "attempt_timeout": self.attempt_timeout,
+        }
+        bad = sorted(k for k, v in numbers.items() if not v > 0)
+        if not isinstance(self.attempts, int) or self.attempts < 1:
+            bad.insert(0, "attempts")
+        if bad:
+            raise ConfigurationError(
+                "retry policy values must be positive", context={"invalid": bad}
+            )
+
+    def backoff(self, attempt: int, retry_after: float | None = None) -> float:
+        """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
+        ceiling: float = min(self.max_delay, self.base_delay * 2.0 ** (attempt - 1))
+        delay: float = ceiling * (0.5 + 0.5 * self.jitter())
+        return max(delay, retry_after) if retry_after is not None else delay
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A provider failure as a gateway classified it: what kind, whether it may pass, the safe
+    message to raise, and the wait the provider asked for."""
+
+    kind: str
+    """``rate_limit``, ``overloaded``, ``server``, ``timeout``, ``connection`` (retryable);
+    ``authentication``, ``permission``, ``bad_request``, ``not_found``, ``quota``,
+    ``configuration`` (not retryable)."""
+    retryable: bool
+    message: str
+    status: int | None = None
+    retry_after: float | None = None
+
+
+async def with_retries(
+    call: Callable[[float], Awaitable[T]],
+    classify: Callable[[Exception], Failure | None],
+    policy: RetryPolicy,
+    context: dict[str, Any],
+) -> T:
+    """Run ``call(timeout)`` until it succeeds, a failure is final, or the policy is spent.
+
+    ``classify`` maps an exception to a ``Failure`` (``None``: not a provider failure, raised as
+    it is). The raised ``ModelGatewayError`` carries ``context`` plus ``kind``, ``status``,
+    ``attempts`` and ``retry_after``; its ``retryable`` says whether the caller may try later.
+    """
+    deadline = policy.clock() + policy.deadline
+    attempt = 0
+    while True:
+        attempt += 1
+        left = deadline - policy.clock()
+        try:
+            return await call(max(0.001, min(policy.attempt_timeout, left)))
+        except Exception as exc:
+            failure = classify(exc)
+            if failure is None:
+                raise
+            details = {
+                **context,
+                "kind": failure.kind,
+                "status": failure.status,
+                "attempts": attempt,
+                "retry_after": failure.retry_after,
+            }
+            if not failure.retryable:
+                raise ModelGatewayError(failure.message, retryable=False, context=details) from exc
+            if attempt >= policy.attempts:
+                message = f"{failure.message}; gave up after {attempt} attempts"
+                raise ModelGatewayError(message, context=details) from exc
+            delay = policy.backoff(attempt, failure.retry_after)
+            if policy.clock() + delay >= deadline:
+                message = f"{failure.message}; no time left before the deadline to try again"
+                raise ModelGatewayError(message, context=details) from exc
+            await policy.sleep(delay)
