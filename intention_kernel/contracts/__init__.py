@@ -36,7 +36,7 @@ from .errors import (
     UsageError,
 )
 from .events import EventCategory, KernelEvent, StoredEvent
-from .gateway import ModelGateway, ModelRequest, ModelResponse
+from .gateway import ModelGateway, ModelRefusal, ModelRequest, ModelResponse
 from .receipts import (
     EffectAuthority,
     EffectExecution,
@@ -88,6 +88,7 @@ __all__ = [
     "Message",
     "ModelGateway",
     "ModelGatewayError",
+    "ModelRefusal",
     "ModelRequest",
     "ModelResponse",
     "ReceiptStatus",

@@ -12,8 +12,9 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import BaseModel, ConfigDict, Field
 
+from .codec import StoredJson, StoredJsonObject
 from .receipts import EffectReceipt
 
 __all__ = [
@@ -67,7 +68,7 @@ class FactRecord(BaseModel):
     type: str
     version: int = Field(ge=1)
     revision: int = Field(default=1, ge=1)
-    value: JsonValue
+    value: StoredJson
     evidence: list[Evidence] = Field(default_factory=list)
     derived_from: list[str] = Field(default_factory=list)
     turn_id: str
@@ -94,11 +95,11 @@ class AgendaItem(BaseModel):
     id: str
     capability_id: str
     capability_version: str | None = None
-    input: JsonValue = None
+    input: StoredJson = None
     status: AgendaStatus
     reason: str | None = None
     created_turn_id: str
-    data: dict[str, JsonValue] = Field(default_factory=dict)
+    data: StoredJsonObject = Field(default_factory=dict)
 
 
 class Interaction(BaseModel):
@@ -112,7 +113,7 @@ class Interaction(BaseModel):
     options: list[str] = Field(default_factory=list)
     agenda_item_id: str | None = None
     turn_id: str
-    data: dict[str, JsonValue] = Field(default_factory=dict)
+    data: StoredJsonObject = Field(default_factory=dict)
 
 
 class KernelCheckpoint(BaseModel):
@@ -129,6 +130,6 @@ class KernelCheckpoint(BaseModel):
     agenda: list[AgendaItem] = Field(default_factory=list)
     interaction: Interaction | None = None
     receipts: list[EffectReceipt] = Field(default_factory=list)
-    metadata: dict[str, JsonValue] = Field(
+    metadata: StoredJsonObject = Field(
         default_factory=dict, description="kernel-private state, e.g. a planned operation"
     )

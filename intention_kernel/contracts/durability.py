@@ -22,8 +22,11 @@ rules; ``intention_kernel.testing.conformance`` checks each one by name.
    ``EffectUncertainError``; ``EffectNotAppliedError`` records ``failed`` (a retry may run, with
    the same receipt id); any other exception, cancellation or timeout records ``uncertain``; a
    value that cannot be stored records ``uncertain``; a key bound to another capability raises
-   ``IDEMPOTENCY_KEY_COLLISION``; nested ``run_effect`` is refused. ``scope.receipts(keys)``
-   reads the ledger's current receipts of the thread (e.g. after ``reconcile``).
+   ``IDEMPOTENCY_KEY_COLLISION``, and a key first run with another ``request`` raises
+   ``EFFECT_REQUEST_MISMATCH`` (both before any call); nested ``run_effect`` is refused
+   (``EFFECT_NESTED``; the outer receipt records ``failed``); a synchronous operation is called
+   and its value used. ``scope.receipts(keys)`` reads the ledger's current receipts of the
+   thread (e.g. after ``reconcile``).
 5. **Atomic commit** of result, successor checkpoint and outbox, once per scope, durably. The
    successor's revision must be the loaded revision + 1, checked against the store at commit
    time (``CHECKPOINT_REVISION_CONFLICT``).
@@ -57,10 +60,12 @@ from pydantic import JsonValue
 from .checkpoint import KernelCheckpoint
 from .events import KernelEvent, StoredEvent
 from .receipts import (
+    NO_VALUE,
     EffectAuthority,
     EffectExecution,
     EffectIdentity,
     EffectReceipt,
+    NoValue,
     ReceiptStatus,
     ReconcileOutcome,
     ReconciliationRecord,
@@ -71,8 +76,9 @@ __all__ = ["Durability", "DurabilityStore", "EffectOperation", "TurnScope"]
 
 T = TypeVar("T")
 
-EffectOperation = Callable[[EffectAuthority], Awaitable[JsonValue]]
-"""The external write: receives the authority, returns a JSON-storable value."""
+EffectOperation = Callable[[EffectAuthority], Awaitable[JsonValue] | JsonValue]
+"""The external write: receives the authority, returns a JSON-storable value (a coroutine
+function, or a plain function whose value is used as is)."""
 
 
 class TurnScope(Protocol):
@@ -95,9 +101,14 @@ class TurnScope(Protocol):
         ...
 
     async def run_effect(
-        self, effect: EffectIdentity, operation: EffectOperation
+        self, effect: EffectIdentity, operation: EffectOperation, *, request: JsonValue = None
     ) -> EffectExecution:
-        """Run an external write at most once per idempotency key (rule 4)."""
+        """Run an external write at most once per idempotency key (rule 4).
+
+        ``request`` is what the write asks for (e.g. the validated capability input): its
+        fingerprint is kept on the receipt, and the same key with another request raises
+        ``EffectConflictError(EFFECT_REQUEST_MISMATCH)`` without a call. It must be JSON
+        under the codec's rule (``SerializationError`` otherwise, before any write)."""
         ...
 
     async def commit(self, result: DurableTurnResult, outbox: Sequence[KernelEvent] = ()) -> None:
@@ -166,12 +177,20 @@ class DurabilityStore(Durability, Protocol):
         idempotency_key: str,
         outcome: ReconcileOutcome,
         *,
-        value: JsonValue = None,
+        value: JsonValue | NoValue = NO_VALUE,
         note: str,
         actor: str,
+        correct: bool = False,
     ) -> EffectReceipt:
-        """Resolve an ``uncertain`` receipt: ``completed`` (with the provider's value) or
-        ``not_applied`` (becomes ``failed`` so a retry may run). Keeps an audit record.
+        """Resolve an ``uncertain`` receipt: ``completed`` (with the provider's value, which
+        must be given: ``value=None`` records JSON ``null``, an omitted value is refused) or
+        ``not_applied`` (becomes ``failed`` so a retry may run; no value). Keeps an audit
+        record.
+
+        ``correct=True`` corrects a receipt's last reconciliation instead (the receipt must
+        still be as that reconciliation left it, else ``RECEIPT_NOT_RECONCILED``): the receipt
+        takes the new outcome and value, and a new audit record names the one it supersedes;
+        every record stays in ``reconciliations()``.
 
         An interrupted ``prepared`` receipt is resolved too: the store takes the thread's lease
         for the write (waiting up to its lock timeout for a running turn, then ``LOCK_TIMEOUT``)

@@ -9,7 +9,7 @@ Hierarchy::
     KernelError
     ├── InvalidInputError            bad input crossing a public entry point (nothing written)
     │   ├── InvalidIdError           thread/turn ids, idempotency keys, capability ids ...
-    │   ├── SerializationError       not JSON, NaN/Infinity, too deep, too large
+    │   ├── SerializationError       not JSON, NaN/Infinity, integer out of range, too deep/large
     │   └── SchemaValidationError    a value does not match its declared schema
     ├── ConfigurationError           invalid settings, refused at start
     ├── UsageError                   an API called in the wrong state (scope closed, nested effect)
@@ -21,7 +21,8 @@ Hierarchy::
     ├── EffectError
     │   ├── EffectUncertainError     a write may or may not have happened: fail closed
     │   ├── EffectNotAppliedError    raised by a host: the write certainly did not happen
-    │   └── EffectConflictError      key used by another capability, or receipt in a wrong state
+    │   └── EffectConflictError      key used by another capability or another request, or a
+    │                                receipt in the wrong state
     ├── CheckpointIncompatibleError  stored checkpoint not loadable by this agent
     ├── AgentCompilationError        an agent definition is invalid (lists every problem)
     ├── ModelGatewayError            the model provider failed or answered nonsense
@@ -74,11 +75,13 @@ class ErrorCode(StrEnum):
     NOT_SERIALIZABLE = "NOT_SERIALIZABLE"
     NON_FINITE_NUMBER = "NON_FINITE_NUMBER"
     VALUE_TOO_DEEP = "VALUE_TOO_DEEP"
+    INTEGER_OUT_OF_RANGE = "INTEGER_OUT_OF_RANGE"
     PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
     INVALID_JSON = "INVALID_JSON"
     SCHEMA_VALIDATION_FAILED = "SCHEMA_VALIDATION_FAILED"
     INVALID_TEXT = "INVALID_TEXT"
     INVALID_SELECTION = "INVALID_SELECTION"
+    DUPLICATE_EVENT = "DUPLICATE_EVENT"
 
     INVALID_CONFIGURATION = "INVALID_CONFIGURATION"
 
@@ -106,8 +109,10 @@ class ErrorCode(StrEnum):
     EFFECT_VALUE_NOT_STORABLE = "EFFECT_VALUE_NOT_STORABLE"
     EFFECT_NOT_APPLIED = "EFFECT_NOT_APPLIED"
     IDEMPOTENCY_KEY_COLLISION = "IDEMPOTENCY_KEY_COLLISION"
+    EFFECT_REQUEST_MISMATCH = "EFFECT_REQUEST_MISMATCH"
     RECEIPT_NOT_FOUND = "RECEIPT_NOT_FOUND"
     RECEIPT_NOT_UNCERTAIN = "RECEIPT_NOT_UNCERTAIN"
+    RECEIPT_NOT_RECONCILED = "RECEIPT_NOT_RECONCILED"
     EFFECT_NOT_ALLOWED = "EFFECT_NOT_ALLOWED"
     CONFIRMATION_REQUIRED = "CONFIRMATION_REQUIRED"
 
@@ -184,7 +189,8 @@ class InvalidIdError(InvalidInputError):
 
 
 class SerializationError(InvalidInputError):
-    """A value cannot be stored as JSON exactly: not JSON, NaN/Infinity, too deep, too large."""
+    """A value cannot be stored as JSON exactly: not JSON, NaN/Infinity, an integer out of
+    range, too deep, too large (``contracts.codec``); ``context["path"]`` names the part."""
 
     default_code = ErrorCode.NOT_SERIALIZABLE
     default_message = "value is not storable as JSON"
@@ -294,7 +300,8 @@ class EffectNotAppliedError(EffectError):
 
 
 class EffectConflictError(EffectError):
-    """An idempotency key bound to another capability, or a receipt in the wrong state."""
+    """An idempotency key bound to another capability (``IDEMPOTENCY_KEY_COLLISION``) or to
+    another request (``EFFECT_REQUEST_MISMATCH``), or a receipt in the wrong state."""
 
     default_code = ErrorCode.IDEMPOTENCY_KEY_COLLISION
     default_message = "the idempotency key is bound to another capability"

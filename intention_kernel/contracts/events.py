@@ -10,7 +10,9 @@ from __future__ import annotations
 from datetime import datetime
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import BaseModel, ConfigDict, Field
+
+from .codec import StoredJsonObject
 
 __all__ = ["EventCategory", "KernelEvent", "StoredEvent"]
 
@@ -46,7 +48,7 @@ class KernelEvent(BaseModel):
     correlation_id: str
     causation_id: str | None = None
     category: EventCategory = EventCategory.INTEGRATION
-    data: dict[str, JsonValue] = Field(default_factory=dict)
+    data: StoredJsonObject = Field(default_factory=dict)
 
 
 class StoredEvent(BaseModel):
@@ -60,3 +62,7 @@ class StoredEvent(BaseModel):
     attempts: int = 0
     last_error: str | None = None
     dead: bool = False
+    corrupt: str | None = None
+    """Why the stored event cannot be read back (``None``: it can). Then ``event`` is a
+    placeholder built from the row (type ``ik.unreadable``, empty data); a relay never gets it:
+    the store dead-letters it on claim, holding back its own thread only."""

@@ -1,8 +1,12 @@
 """Identifier validation and generation.
 
 Identifiers are compared as exact strings (no Unicode normalization). They are refused when
-they are not ``str``, blank, too long, or contain control characters, NUL or lone surrogates:
-PostgreSQL cannot store NUL and SQLite can, so accepting it would make stores disagree.
+they are not ``str``, blank (only whitespace), too long, or contain a character an operator
+cannot see or that changes how the id is displayed: Unicode categories ``Cc`` (controls, NUL
+included: PostgreSQL cannot store NUL and SQLite can, so accepting it would make stores
+disagree), ``Cf`` (format: zero-width characters, bidi overrides, BOM), ``Zl``/``Zp`` (line and
+paragraph separators) and ``Cs`` (lone surrogates). So ``"\u200b"`` and ``"t\u202ex"`` are
+refused like ``"\u00a0"``; visible non-ASCII letters are fine.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 import time
+import unicodedata
 from typing import Any
 
 from .errors import ErrorCode, InvalidIdError
@@ -29,8 +34,15 @@ __all__ = [
 MAX_ID_LENGTH = 256
 MAX_KEY_LENGTH = 512
 
-# C0/C1 controls (NUL included), DEL and lone surrogates.
-_FORBIDDEN = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+_FORBIDDEN_ASCII = re.compile(r"[\x00-\x1f\x7f]")
+_FORBIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
+
+
+def _forbidden(value: str) -> bool:
+    """Whether ``value`` has an invisible or display-changing character (module docstring)."""
+    if value.isascii():
+        return _FORBIDDEN_ASCII.search(value) is not None
+    return any(unicodedata.category(ch) in _FORBIDDEN_CATEGORIES for ch in value)
 
 
 def validate_id(
@@ -64,9 +76,10 @@ def validate_id(
                 "length": len(value),
             },
         )
-    if _FORBIDDEN.search(value):
+    if _forbidden(value):
         raise InvalidIdError(
-            f"{field} contains control characters, NUL or lone surrogates",
+            f"{field} contains control, format (zero-width, bidi) or separator characters,"
+            " NUL or lone surrogates",
             code=code,
             context={"field": field, "reason": "forbidden_character"},
         )
@@ -82,6 +95,9 @@ def validate_turn_id(value: Any) -> str:
 
 
 def validate_idempotency_key(value: Any) -> str:
+    """The full ledger key, at most ``MAX_KEY_LENGTH`` characters: the kernel's prefix
+    (``capability_id:``) counts toward the limit, so a capability's own key part gets 512
+    minus the prefix."""
     return validate_id(
         value, "idempotency_key", code=ErrorCode.INVALID_IDEMPOTENCY_KEY, max_length=MAX_KEY_LENGTH
     )

@@ -36,6 +36,11 @@ class ThreadSummary:
     last_commit_at: datetime | None = None
     uncertain_receipts: int = 0
     """``uncertain`` receipts plus interrupted ``prepared`` ones (no live lease holder)."""
+    corrupt: str | None = None
+    """Why the thread's head checkpoint cannot be read back (its turn row is missing, its
+    text is not JSON or has no agent fingerprint), or ``None``. A listing reports such a
+    thread (``fingerprint`` ``None``) and carries on; loading it raises
+    ``CheckpointCorruptError``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +63,9 @@ class StoreStatus:
     undelivered_events: int
     dead_events: int
     backend: str
+    corrupt_threads: int = 0
+    """Threads whose head checkpoint cannot be read back (see ``ThreadSummary.corrupt``);
+    counting them reads every head document, so this query grows with the store."""
 
 
 @dataclass(frozen=True, slots=True)

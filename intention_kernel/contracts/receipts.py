@@ -8,6 +8,11 @@ A receipt moves through these states (the ledger rules live in ``durability._led
                            └─found at start (crash)──> UNCERTAIN
     UNCERTAIN ──reconcile(completed)──> COMPLETED
     UNCERTAIN ──reconcile(not_applied)─> FAILED
+    reconciled COMPLETED | FAILED ──reconcile(..., correct=True)──> COMPLETED | FAILED
+
+A receipt keeps the fingerprint of the request it was first run with (``request_fingerprint``):
+the same key with another request is ``EFFECT_REQUEST_MISMATCH``, never a replay of the first
+result.
 
 A ``prepared`` receipt while no live holder has the thread's lease was interrupted (its turn
 ended before recording the outcome); it is listed and counted as uncertain, as stored, and
@@ -18,18 +23,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from enum import StrEnum
-from typing import Literal
+from enum import Enum, StrEnum
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
-from .ids import validate_capability_id, validate_idempotency_key, validate_step_id
+from .codec import StoredJson
+from .ids import validate_capability_id, validate_id, validate_idempotency_key, validate_step_id
 
 __all__ = [
+    "NO_VALUE",
     "EffectAuthority",
     "EffectExecution",
     "EffectIdentity",
     "EffectReceipt",
+    "NoValue",
     "ReceiptStatus",
     "ReconcileOutcome",
     "ReconciliationRecord",
@@ -55,23 +63,39 @@ ReconcileOutcome = Literal["completed", "not_applied"]
 """An operator's finding for an uncertain write: it happened, or it provably did not."""
 
 
+class NoValue(Enum):
+    """The type of ``NO_VALUE``."""
+
+    NO_VALUE = "no_value"
+
+
+NO_VALUE: Final = NoValue.NO_VALUE
+"""``reconcile``'s default ``value``: none given. A ``completed`` reconciliation refuses it,
+so the provider's value is always stated (``value=None`` states JSON ``null``)."""
+
+
 @dataclass(frozen=True, slots=True)
 class EffectIdentity:
     """What identifies one logical write: the key is the deduplication identity.
 
     ``idempotency_key`` is the full ledger key (the kernel prefixes the capability id);
-    ``step_id`` is receipt metadata only.
+    ``step_id`` is receipt metadata only. ``request_fingerprint`` is set by
+    ``run_effect(..., request=...)`` (the digest of what the write asks for); the ledger
+    refuses the key for another request (``EFFECT_REQUEST_MISMATCH``).
     """
 
     idempotency_key: str
     capability_id: str
     step_id: str | None = None
+    request_fingerprint: str | None = None
 
     def __post_init__(self) -> None:
         validate_idempotency_key(self.idempotency_key)
         validate_capability_id(self.capability_id)
         if self.step_id is not None:
             validate_step_id(self.step_id)
+        if self.request_fingerprint is not None:
+            validate_id(self.request_fingerprint, "request_fingerprint")
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,11 +129,14 @@ class EffectReceipt(BaseModel):
     turn_id: str
     step_id: str | None = None
     status: ReceiptStatus
-    value: JsonValue = None
+    value: StoredJson = None
     error: str | None = Field(default=None, description="safe reason for failed/uncertain")
     attempts: int = Field(ge=1)
     created_at: datetime
     updated_at: datetime
+    request_fingerprint: str | None = None
+    """SHA-256 of the canonical JSON of the request the effect was first run with
+    (``run_effect(..., request=...)``); ``None`` when none was given (or written before)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +153,8 @@ class EffectExecution:
 
 
 class ReconciliationRecord(BaseModel):
-    """Audit entry for one operator resolution of an uncertain receipt."""
+    """Audit entry for one operator resolution of an uncertain receipt, or for a correction
+    of an earlier resolution (``supersedes`` names the record it corrects)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -136,7 +164,8 @@ class ReconciliationRecord(BaseModel):
     receipt_id: str
     previous_status: ReceiptStatus
     outcome: ReconcileOutcome
-    value: JsonValue = None
+    value: StoredJson = None
     note: str
     actor: str
     recorded_at: datetime
+    supersedes: str | None = None

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, JsonValue
+from pydantic import BaseModel, ConfigDict
 
 from .checkpoint import KernelCheckpoint
+from .codec import StoredJson
 
 __all__ = ["DurableTurnResult"]
 
@@ -21,5 +22,5 @@ class DurableTurnResult(BaseModel):
     thread_id: str
     turn_id: str
     trace_id: str
-    response: JsonValue
+    response: StoredJson
     checkpoint: KernelCheckpoint

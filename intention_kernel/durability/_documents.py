@@ -2,14 +2,20 @@
 
 Writing goes through the one codec (limits, NaN, depth); reading turns anything unreadable into
 ``CheckpointCorruptError`` naming the document, never a silent reset or a bare driver error.
+
+Store-wide listings must not fail for every thread because of one corrupt row: they report the
+row with a placeholder built from its columns (``unreadable_event``, ``unreadable_receipt``) or
+a reason (``head_problem``) and carry on; reads of that one document still raise.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
-from pydantic_core import SchemaSerializer, core_schema
+from pydantic_core import PydanticSerializationError, SchemaSerializer, core_schema
 
 from ..contracts import codec
 from ..contracts.codec import DEFAULT_LIMITS, JsonLimits
@@ -19,17 +25,39 @@ from ..contracts.errors import (
     SerializationError,
     TurnConflictError,
 )
+from ..contracts.events import KernelEvent
+from ..contracts.receipts import EffectReceipt, ReceiptStatus
 from ..contracts.turns import DurableTurnResult
 
 __all__ = [
+    "ENVELOPE_BYTES",
+    "ENVELOPE_DEPTH",
+    "MAX_DOCUMENT_DEPTH",
     "PRUNED_TURN",
+    "UNREADABLE_EVENT_TYPE",
     "decode_model",
     "decode_own_model",
     "decode_turn",
     "decode_value",
     "encode_model",
+    "head_problem",
     "is_pruned",
+    "unreadable",
+    "unreadable_event",
+    "unreadable_receipt",
 ]
+
+ENVELOPE_BYTES = 64 * 1024
+ENVELOPE_DEPTH = 8
+MAX_DOCUMENT_DEPTH = 256
+"""A stored document wraps the values a caller gives (a receipt around an effect value, a turn
+result around a response and a checkpoint): the limits apply to each value, and a document may
+exceed them by this envelope, so a value the codec accepted is never refused later, inside its
+receipt or checkpoint (after the provider call)."""
+
+UNREADABLE_EVENT_TYPE = "ik.unreadable"
+"""The ``type`` of the placeholder listed for an outbox row that cannot be read back."""
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 PRUNED_TURN = '{"pruned":true}'
 """What retention leaves in a pruned turn's result: the row stays, so the turn id is never run
@@ -54,16 +82,67 @@ def _serializer(cls: type[BaseModel]) -> SchemaSerializer:
 
 def encode_model(model: BaseModel, *, limits: JsonLimits = DEFAULT_LIMITS, what: str) -> str:
     """The model's JSON text, serialized in one pass by pydantic-core when the codec can verify
-    the bytes, otherwise by ``model_dump(mode="json")`` and the codec's precise path."""
+    the bytes, otherwise by ``model_dump(mode="json")`` and the codec's precise path.
+
+    A field holding a value of another type than declared (possible only without validation,
+    ``model_construct``) is refused, never converted; so is anything pydantic cannot serialize
+    (``SerializationError``, never a pydantic or Unicode error).
+    """
+    value_limits, limits = (
+        limits,
+        replace(
+            limits,
+            max_bytes=limits.max_bytes + ENVELOPE_BYTES,
+            max_depth=min(limits.max_depth + ENVELOPE_DEPTH, MAX_DOCUMENT_DEPTH),
+        ),
+    )
     try:
-        raw = _serializer(type(model)).to_json(model)
+        raw = _serializer(type(model)).to_json(model, warnings="error")
     except Exception:  # anything unusual takes the precise path, which reports it
         raw = None
     if raw is not None:
         text = codec.encode_serialized(raw, limits=limits, what=what)
         if text is not None:
             return text
-    return codec.encode(model.model_dump(mode="json"), limits=limits, what=what, json_shaped=True)
+    _check_json_fields(model, value_limits, what)
+    try:
+        shaped = model.model_dump(mode="json", warnings="error")
+    except (PydanticSerializationError, ValueError, TypeError, RecursionError) as exc:
+        raise SerializationError(
+            f"{what} holds a value that is not of its declared type or not JSON",
+            context={"what": what, "reason": type(exc).__name__},
+        ) from exc
+    return codec.encode(shaped, limits=limits, what=what, json_shaped=True)
+
+
+_JSON_FIELDS: dict[type[BaseModel], tuple[tuple[str, ...], tuple[str, ...]]] = {}
+
+
+def _fields(cls: type[BaseModel]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(JSON value fields, other fields)`` of a contract model (cached)."""
+    found = _JSON_FIELDS.get(cls)
+    if found is None:
+        json_fields: list[str] = []
+        others: list[str] = []
+        for name, info in cls.model_fields.items():
+            is_json = any(getattr(m, "func", None) is codec.stored_json for m in info.metadata)
+            (json_fields if is_json else others).append(name)
+        found = _JSON_FIELDS[cls] = (tuple(json_fields), tuple(others))
+    return found
+
+
+def _check_json_fields(model: BaseModel, limits: JsonLimits, what: str) -> None:
+    """The codec's precise rule on every JSON value field of ``model`` and its sub-models: the
+    path to a value pydantic's JSON output would have changed (a lone surrogate in an object
+    key becomes U+FFFD there) rather than refused."""
+    json_fields, others = _fields(type(model))
+    for name in json_fields:
+        codec.check(getattr(model, name), limits=limits, what=f"{what}: {name}")
+    for name in others:
+        value = getattr(model, name)
+        for item in value if isinstance(value, list | tuple) else (value,):
+            if isinstance(item, BaseModel):
+                _check_json_fields(item, limits, what)
 
 
 def decode_model(cls: type[M], text: str | bytes, *, what: str, **context: Any) -> M:
@@ -87,7 +166,7 @@ def decode_own_model(cls: type[M], text: str, *, what: str, **context: Any) -> M
     """
     try:
         return cls.model_validate_json(text)
-    except ValidationError as exc:
+    except (SerializationError, ValidationError) as exc:
         raise CheckpointCorruptError(
             f"stored {what} cannot be read back",
             context={"what": what, **context},
@@ -120,3 +199,68 @@ def decode_turn(text: str | bytes, *, thread_id: str, turn_id: str) -> DurableTu
     return decode_model(
         DurableTurnResult, text, what="turn result", thread_id=thread_id, turn_id=turn_id
     )
+
+
+def unreadable(exc: CheckpointCorruptError) -> str:
+    """The reason kept for a row that cannot be read back (safe: no stored content)."""
+    return f"unreadable: {exc.message}"
+
+
+def unreadable_event(
+    *,
+    position: int,
+    thread_id: str,
+    turn_id: str,
+    sequence: int,
+    reason: str,
+    event_id: str | None = None,
+) -> KernelEvent:
+    """A placeholder for an outbox row that cannot be read back, from the row's own columns."""
+    return KernelEvent(
+        id=event_id or f"unreadable-{position}",
+        type=UNREADABLE_EVENT_TYPE,
+        occurred_at=_EPOCH,
+        thread_id=thread_id,
+        turn_id=turn_id,
+        sequence=max(0, sequence),
+        correlation_id="",
+        data={"reason": reason},
+    )
+
+
+def unreadable_receipt(
+    *,
+    thread_id: str,
+    idempotency_key: str,
+    reason: str,
+    status: ReceiptStatus = ReceiptStatus.UNCERTAIN,
+    receipt_id: str = "unreadable",
+    capability_id: str = "unknown",
+    updated_at: datetime = _EPOCH,
+) -> EffectReceipt:
+    """A placeholder for a receipt row that cannot be read back, from the row's own columns
+    (listed so an operator sees it; reading or reconciling that key still raises)."""
+    return EffectReceipt(
+        id=receipt_id,
+        thread_id=thread_id,
+        idempotency_key=idempotency_key,
+        capability_id=capability_id,
+        turn_id="unknown",
+        status=status,
+        error=reason,
+        attempts=1,
+        created_at=updated_at,
+        updated_at=updated_at,
+    )
+
+
+def head_problem(*, missing: bool, valid: bool, fingerprint: object) -> str | None:
+    """Why a thread's head checkpoint cannot be read back, from what a listing query sees:
+    its turn row is missing, its text is not JSON, or it has no agent fingerprint."""
+    if missing:
+        return "unreadable: the thread's head points at a missing turn"
+    if not valid:
+        return "unreadable: the head checkpoint is not valid JSON"
+    if not isinstance(fingerprint, str):
+        return "unreadable: the head checkpoint has no agent fingerprint"
+    return None

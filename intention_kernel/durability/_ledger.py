@@ -8,6 +8,11 @@ ended before recording the outcome (a crash, or a lost ``completed`` write): its
 may or may not have happened, so for every operator purpose it is uncertain
 (``needs_operator``). It stays stored as ``prepared``; ``reconcile`` resolves it while holding
 the thread's lease itself (``reconcile_takes_lease``), so no turn can be running it.
+
+A receipt keeps the fingerprint of its request: the same key asked with another request is a
+caller bug (``EFFECT_REQUEST_MISMATCH``) whatever the receipt's status, decided before any
+provider call. Receipts without a fingerprint (written before, or run without a request) are
+never compared.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ __all__ = [
     "INTERRUPTED",
     "EffectAction",
     "EffectStart",
+    "correct_reconciled",
     "finish_receipt",
     "needs_operator",
     "outcome_status",
@@ -76,6 +82,7 @@ def start_effect(
     now: datetime,
 ) -> EffectStart:
     """Decide how a ``run_effect`` call starts, given the stored receipt for its key."""
+    request_fingerprint = identity.request_fingerprint
     if existing is None:
         receipt = EffectReceipt(
             id=new_id("rcpt"),
@@ -88,6 +95,7 @@ def start_effect(
             attempts=1,
             created_at=now,
             updated_at=now,
+            request_fingerprint=request_fingerprint,
         )
         return EffectStart(EffectAction.EXECUTE, receipt, write=True)
     if existing.capability_id != identity.capability_id:
@@ -98,6 +106,20 @@ def start_effect(
                 "idempotency_key": identity.idempotency_key,
                 "capability_id": identity.capability_id,
                 "bound_capability_id": existing.capability_id,
+            },
+        )
+    stored = existing.request_fingerprint
+    if stored is not None and request_fingerprint is not None and stored != request_fingerprint:
+        raise EffectConflictError(
+            "this idempotency key was already used for a different request",
+            code=ErrorCode.EFFECT_REQUEST_MISMATCH,
+            context={
+                "thread_id": thread_id,
+                "idempotency_key": identity.idempotency_key,
+                "capability_id": identity.capability_id,
+                "stored_fingerprint": stored,
+                "request_fingerprint": request_fingerprint,
+                "status": str(existing.status),
             },
         )
     if existing.status is ReceiptStatus.COMPLETED:
@@ -118,6 +140,7 @@ def start_effect(
             "error": None,
             "attempts": existing.attempts + 1,
             "updated_at": now,
+            "request_fingerprint": stored or request_fingerprint,
         }
     )
     return EffectStart(EffectAction.EXECUTE, receipt, write=True)
@@ -202,6 +225,46 @@ def reconcile_receipt(
     return finish_receipt(existing, status, value=value, error=error, now=now)
 
 
+def correct_reconciled(
+    existing: EffectReceipt | None,
+    last: ReconciliationRecord | None,
+    outcome: ReconcileOutcome,
+    *,
+    thread_id: str,
+    idempotency_key: str,
+    value: JsonValue,
+    now: datetime,
+) -> EffectReceipt:
+    """The receipt after an operator corrects its reconciliation: allowed only while the
+    receipt is exactly as ``last`` (the key's latest reconciliation) left it, so a correction
+    never overrides what a later turn recorded (a retry after ``not_applied``, say)."""
+    if existing is None:
+        raise EffectConflictError(
+            "no receipt exists for this key in this thread",
+            code=ErrorCode.RECEIPT_NOT_FOUND,
+            context={"thread_id": thread_id, "idempotency_key": idempotency_key},
+        )
+    left = ReceiptStatus.COMPLETED if last and last.outcome == "completed" else ReceiptStatus.FAILED
+    if (
+        last is None
+        or last.receipt_id != existing.id
+        or last.recorded_at != existing.updated_at
+        or existing.status is not left
+    ):
+        raise EffectConflictError(
+            "only a receipt still as its last reconciliation left it can be corrected",
+            code=ErrorCode.RECEIPT_NOT_RECONCILED,
+            context={
+                "thread_id": thread_id,
+                "idempotency_key": idempotency_key,
+                "status": str(existing.status),
+            },
+        )
+    status = ReceiptStatus.COMPLETED if outcome == "completed" else ReceiptStatus.FAILED
+    error = None if outcome == "completed" else "reconciled: not applied"
+    return finish_receipt(existing, status, value=value, error=error, now=now)
+
+
 def resolve_uncertain(
     existing: EffectReceipt | None,
     outcome: ReconcileOutcome,
@@ -213,19 +276,33 @@ def resolve_uncertain(
     actor: str,
     now: datetime,
     holds_lease: bool = False,
+    correct: bool = False,
+    last: ReconciliationRecord | None = None,
 ) -> tuple[EffectReceipt, ReconciliationRecord]:
     """The resolved receipt and its audit record, for an adapter to write in one transaction
-    (``previous_status`` is the stored status: ``uncertain`` or ``prepared``)."""
-    receipt = reconcile_receipt(
-        existing,
-        outcome,
-        thread_id=thread_id,
-        idempotency_key=idempotency_key,
-        value=value,
-        now=now,
-        holds_lease=holds_lease,
-    )
-    assert existing is not None  # reconcile_receipt refused a missing receipt
+    (``previous_status`` is the stored status: ``uncertain`` or ``prepared``, or for a
+    correction ``completed``/``failed`` with ``supersedes`` naming ``last``)."""
+    if correct:
+        receipt = correct_reconciled(
+            existing,
+            last,
+            outcome,
+            thread_id=thread_id,
+            idempotency_key=idempotency_key,
+            value=value,
+            now=now,
+        )
+    else:
+        receipt = reconcile_receipt(
+            existing,
+            outcome,
+            thread_id=thread_id,
+            idempotency_key=idempotency_key,
+            value=value,
+            now=now,
+            holds_lease=holds_lease,
+        )
+    assert existing is not None  # both refused a missing receipt
     record = ReconciliationRecord(
         id=new_id("rec"),
         thread_id=thread_id,
@@ -237,6 +314,7 @@ def resolve_uncertain(
         note=note,
         actor=actor,
         recorded_at=now,
+        supersedes=last.id if correct and last is not None else None,
     )
     return receipt, record
 

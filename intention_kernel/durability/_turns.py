@@ -3,23 +3,31 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
-from ..contracts.errors import ErrorCode, InvalidInputError, TurnConflictError
+from ..contracts import codec
+from ..contracts.codec import DEFAULT_LIMITS, JsonLimits
+from ..contracts.errors import ErrorCode, InvalidInputError, SerializationError, TurnConflictError
 from ..contracts.events import KernelEvent
+from ..contracts.ids import validate_id
 from ..contracts.turns import DurableTurnResult
 
 __all__ = [
     "MAX_FINGERPRINT_LENGTH",
+    "MAX_SEQUENCE",
     "already_committed",
     "check_fingerprint",
     "check_outbox",
+    "check_outbox_size",
     "check_result",
     "check_revision",
     "validate_fingerprint",
 ]
 
 MAX_FINGERPRINT_LENGTH = 256
+MAX_SEQUENCE = 2**31 - 1
+"""The largest event ``sequence`` every store keeps (PostgreSQL stores it as ``integer``)."""
 
 
 def validate_fingerprint(value: Any) -> str | None:
@@ -92,25 +100,74 @@ def check_result(
     return result
 
 
-def check_outbox(events: Sequence[Any], *, thread_id: str, turn_id: str) -> list[KernelEvent]:
-    """Outbox events must belong to this turn and have unique ids."""
+def check_outbox(
+    events: Sequence[Any], *, thread_id: str, turn_id: str, limits: JsonLimits = DEFAULT_LIMITS
+) -> list[KernelEvent]:
+    """Outbox events must belong to this turn, have valid and unique ids, unique sequences
+    that increase in list order (the order they are delivered in), and JSON data.
+
+    Checked before any write, so every store refuses the same events with the same error.
+    """
     checked: list[KernelEvent] = []
-    seen: set[str] = set()
+    ids: set[str] = set()
+    previous = -1
     for event in events:
         if not isinstance(event, KernelEvent):
             raise InvalidInputError(
                 "outbox entries must be KernelEvent", context={"type": type(event).__name__}
             )
+        event_id = validate_id(event.id, "event_id")
         if event.thread_id != thread_id or event.turn_id != turn_id:
             raise InvalidInputError(
                 "an outbox event belongs to another thread or turn",
                 code=ErrorCode.TURN_RESULT_MISMATCH,
-                context={"event_id": event.id},
+                context={"event_id": event_id},
             )
-        if event.id in seen:
+        sequence = event.sequence
+        if isinstance(sequence, bool) or not isinstance(sequence, int):
             raise InvalidInputError(
-                "outbox event ids must be unique", context={"event_id": event.id}
+                "an event sequence must be an integer", context={"event_id": event_id}
             )
-        seen.add(event.id)
+        if not 0 <= sequence <= MAX_SEQUENCE:
+            raise InvalidInputError(
+                f"an event sequence must be from 0 to {MAX_SEQUENCE}",
+                context={"event_id": event_id, "sequence": sequence},
+            )
+        if event_id in ids:
+            raise _duplicate("event id", event_id, sequence, "duplicate_event_id")
+        if sequence <= previous:
+            if any(e.sequence == sequence for e in checked):
+                raise _duplicate("sequence", event_id, sequence, "duplicate_sequence")
+            raise InvalidInputError(
+                "event sequences must increase in the order the events are given",
+                context={"event_id": event_id, "sequence": sequence, "previous": previous},
+            )
+        ids.add(event_id)
+        previous = sequence
         checked.append(event)
+    # One pass over every event's data (``$[n]`` is the n-th event): the kernel builds its
+    # events without validation, so this is where a set or a date in event data is refused.
+    # The list adds one level; sizes are checked per event when encoded, and per turn.
+    whole = replace(limits, max_depth=limits.max_depth + 1, max_bytes=2**62)
+    codec.check([e.data for e in checked], limits=whole, what="outbox event data")
     return checked
+
+
+def _duplicate(what: str, event_id: str, sequence: int, reason: str) -> InvalidInputError:
+    return InvalidInputError(
+        f"two outbox events of one turn have the same {what}",
+        code=ErrorCode.DUPLICATE_EVENT,
+        context={"event_id": event_id, "sequence": sequence, "reason": reason},
+    )
+
+
+def check_outbox_size(events_json: Sequence[str], *, limits: JsonLimits) -> None:
+    """A turn's encoded events together stay within ``limits.max_outbox_bytes``."""
+    size = sum(len(text.encode("utf-8")) for text in events_json)
+    if size > limits.max_outbox_bytes:
+        raise SerializationError(
+            f"the outbox events of one turn are {size} bytes, more than the limit of "
+            f"{limits.max_outbox_bytes}",
+            code=ErrorCode.PAYLOAD_TOO_LARGE,
+            context={"what": "outbox events", "size": size, "limit": limits.max_outbox_bytes},
+        )

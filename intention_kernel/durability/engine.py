@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import inspect
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
@@ -47,10 +48,12 @@ from ..contracts.ids import (
 from ..contracts.inspect import LeaseInfo, PruneReport, SchemaInfo, StoreStatus, ThreadSummary
 from ..contracts.outbox import OutboxStats
 from ..contracts.receipts import (
+    NO_VALUE,
     EffectAuthority,
     EffectExecution,
     EffectIdentity,
     EffectReceipt,
+    NoValue,
     ReceiptStatus,
     ReconcileOutcome,
     ReconciliationRecord,
@@ -59,7 +62,7 @@ from ..contracts.turns import DurableTurnResult
 from ..crashpoints import CrashPoint, SimulatedCrash, crash_point
 from . import _arguments as check
 from . import _turns
-from ._documents import encode_model
+from ._documents import ENVELOPE_DEPTH, MAX_DOCUMENT_DEPTH, encode_model
 from ._ledger import (
     EffectAction,
     EffectStart,
@@ -85,6 +88,7 @@ _IN_EFFECT: contextvars.ContextVar[bool] = contextvars.ContextVar("ik_in_effect"
 MAX_NOTE_LENGTH = 4000
 NOT_CALLED = "cancelled before the provider was called"
 UNRECORDED = "the outcome could not be recorded"
+NESTED = "refused: the operation called run_effect (nested effects are a programming error)"
 
 
 @dataclass(slots=True)
@@ -142,7 +146,8 @@ class TurnCommit:
 
 @dataclass(frozen=True, slots=True)
 class Reconciliation:
-    """An operator's validated decision about one receipt (``DurabilityStore.reconcile``)."""
+    """An operator's validated decision about one receipt (``DurabilityStore.reconcile``);
+    ``correct`` replaces an earlier reconciliation (``_ledger.correct_reconciled``)."""
 
     thread_id: str
     idempotency_key: str
@@ -150,6 +155,7 @@ class Reconciliation:
     value: JsonValue
     note: str
     actor: str
+    correct: bool = False
 
 
 class DurabilityEngine(ABC, Generic[LeaseT]):
@@ -177,6 +183,14 @@ class DurabilityEngine(ABC, Generic[LeaseT]):
                 context={"setting": "lock_timeout"},
             )
         self.lock_timeout = float(lock_timeout)
+        if not isinstance(json_limits, JsonLimits) or (
+            json_limits.max_depth + ENVELOPE_DEPTH > MAX_DOCUMENT_DEPTH
+        ):
+            raise ConfigurationError(
+                "json_limits must be JsonLimits with max_depth at most "
+                f"{MAX_DOCUMENT_DEPTH - ENVELOPE_DEPTH} (a stored document wraps each value)",
+                context={"setting": "json_limits"},
+            )
         self.json_limits = json_limits
         self._closed = False
 
@@ -218,7 +232,8 @@ class DurabilityEngine(ABC, Generic[LeaseT]):
     async def storage_reconcile(
         self, decision: Reconciliation, lease: LeaseT | None
     ) -> EffectReceipt:
-        """One durable transaction: read the receipt, apply ``_ledger.resolve_uncertain``
+        """One durable transaction: read the receipt (and, when ``decision.correct``, the
+        key's latest reconciliation record), apply ``_ledger.resolve_uncertain``
         (``holds_lease=lease is not None``), write the receipt and the audit record. With a
         ``lease``, the transaction is fenced by it like a turn's write."""
 
@@ -452,11 +467,13 @@ class DurabilityEngine(ABC, Generic[LeaseT]):
         idempotency_key: str,
         outcome: ReconcileOutcome,
         *,
-        value: JsonValue = None,
+        value: JsonValue | NoValue = NO_VALUE,
         note: str,
         actor: str,
+        correct: bool = False,
     ) -> EffectReceipt:
-        """Resolve an uncertain receipt (see ``DurabilityStore.reconcile``)."""
+        """Resolve an uncertain receipt, or correct a reconciled one (see
+        ``DurabilityStore.reconcile``)."""
         validate_thread_id(thread_id)
         validate_idempotency_key(idempotency_key)
         validate_id(actor, "actor")
@@ -464,7 +481,12 @@ class DurabilityEngine(ABC, Generic[LeaseT]):
             raise InvalidInputError(
                 "outcome must be 'completed' or 'not_applied'", context={"field": "outcome"}
             )
-        if outcome == "not_applied" and value is not None:
+        if outcome == "completed" and value is NO_VALUE:
+            raise InvalidInputError(
+                "a completed resolution needs the provider's value (value=None records null)",
+                context={"field": "value"},
+            )
+        if outcome == "not_applied" and value is not NO_VALUE and value is not None:
             raise InvalidInputError(
                 "a not_applied resolution carries no value", context={"field": "value"}
             )
@@ -473,9 +495,16 @@ class DurabilityEngine(ABC, Generic[LeaseT]):
                 f"note must be non-blank text of at most {MAX_NOTE_LENGTH} characters",
                 context={"field": "note"},
             )
-        value = codec.round_trip(value, limits=self.json_limits, what="reconciled value")
+        correct = check.check_flag(correct, "correct")
+        stored = None
+        if not isinstance(value, NoValue):
+            stored = codec.round_trip(value, limits=self.json_limits, what="reconciled value")
         self._check_open()
-        decision = Reconciliation(thread_id, idempotency_key, outcome, value, note, actor)
+        decision = Reconciliation(
+            thread_id, idempotency_key, outcome, stored, note, actor, correct=correct
+        )
+        if correct:  # only a completed or failed receipt can be corrected: no lease needed
+            return await self.storage_reconcile(decision, None)
         existing = await self.storage_get_receipt(thread_id, idempotency_key)
         if not reconcile_takes_lease(existing):
             return await self.storage_reconcile(decision, None)
@@ -665,11 +694,20 @@ class DurabilityEngine(ABC, Generic[LeaseT]):
     async def _call(
         self, scope: TurnScopeImpl[LeaseT], prepared: EffectReceipt, operation: Any
     ) -> Any:
-        """Call the provider; classify how it ended and record non-success durably."""
+        """Call the provider; classify how it ended and record non-success durably.
+
+        A synchronous operation is called and its value used like an awaited one. A nested
+        ``run_effect`` refused inside the operation (``EFFECT_NESTED``, a programming error)
+        records ``failed`` and re-raises that ``UsageError``: the refusal happens where the
+        nesting is, so an operation that nests before its provider call (the usual mistake)
+        called nothing."""
         token = _IN_EFFECT.set(True)
         try:
             crash_point(CrashPoint.EFFECT_IN_FLIGHT, key=prepared.idempotency_key)
-            return await operation(EffectAuthority(prepared.idempotency_key, prepared.id))
+            result = operation(EffectAuthority(prepared.idempotency_key, prepared.id))
+            if inspect.isawaitable(result):
+                result = await result
+            return result
         except SimulatedCrash:
             raise
         except EffectNotAppliedError as exc:
@@ -681,6 +719,9 @@ class DurabilityEngine(ABC, Generic[LeaseT]):
             )
             raise
         except BaseException as exc:
+            if isinstance(exc, UsageError) and exc.code is ErrorCode.EFFECT_NESTED:
+                await self._record(scope, prepared, ReceiptStatus.FAILED, NESTED)
+                raise
             final = await self._record(
                 scope, prepared, ReceiptStatus.UNCERTAIN, f"raised {type(exc).__name__}"
             )
@@ -837,7 +878,9 @@ class TurnScopeImpl(Generic[LeaseT]):
                 context={"thread_id": self.thread_id, "turn_id": self._turn_id},
             )
 
-    async def run_effect(self, effect: EffectIdentity, operation: Any) -> EffectExecution:
+    async def run_effect(
+        self, effect: EffectIdentity, operation: Any, *, request: JsonValue = None
+    ) -> EffectExecution:
         self._ensure_live("run_effect")
         if self._committed:
             raise UsageError(
@@ -854,6 +897,10 @@ class TurnScopeImpl(Generic[LeaseT]):
             raise InvalidInputError("effect must be an EffectIdentity", context={"field": "effect"})
         if not callable(operation):
             raise InvalidInputError("operation must be callable", context={"field": "operation"})
+        if request is not None:
+            # Digested before any write: a request the codec refuses is refused here.
+            digest = codec.fingerprint(request, limits=self._engine.json_limits)
+            effect = replace(effect, request_fingerprint=digest)
         key = effect.idempotency_key
         if key in self._inflight:
             raise UsageError(
@@ -917,10 +964,16 @@ class TurnScopeImpl(Generic[LeaseT]):
             turn_id=self._turn_id,
             loaded_revision=self.loaded_revision,
         )
-        events = _turns.check_outbox(outbox, thread_id=self.thread_id, turn_id=self._turn_id)
         limits = engine.json_limits
+        events = _turns.check_outbox(
+            outbox, thread_id=self.thread_id, turn_id=self._turn_id, limits=limits
+        )
+        # The parts that may arrive without pydantic's validation (``model_construct``, the
+        # kernel's events) are checked here with the codec's rule; the rest by the models.
+        codec.check(result.response, limits=limits, what="turn response")
         result_json = encode_model(result, limits=limits, what="turn result")
         events_json = [encode_model(e, limits=limits, what="outbox event") for e in events]
+        _turns.check_outbox_size(events_json, limits=limits)
         self._committed = True
         try:
             _, cancel = await settle(

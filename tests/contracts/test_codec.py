@@ -1,14 +1,20 @@
 from __future__ import annotations
 
 import math
+from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from pydantic import BaseModel
 
 from intention_kernel.contracts import ConfigurationError, ErrorCode, JsonLimits, SerializationError
 from intention_kernel.contracts.codec import (
+    MAX_INTEGER,
+    StoredJson,
+    StoredJsonObject,
     _check,
     canonical_json,
     decode,
@@ -94,7 +100,7 @@ NO_SURROGATES: list[Any] = ["L", "M", "N", "P", "S", "Z", "Cc", "Cf"]
 json_values = st.recursive(
     st.none()
     | st.booleans()
-    | st.integers()
+    | st.integers(-MAX_INTEGER, MAX_INTEGER)
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(alphabet=st.characters(categories=NO_SURROGATES, blacklist_characters="\x00")),
     lambda children: (
@@ -154,3 +160,74 @@ def test_fast_path_agrees_with_the_precise_walk(value: Any, depth: int) -> None:
         return
     text = encode(value, limits=limits)
     assert decode(text) == round_trip(value, limits=limits)
+
+
+@pytest.mark.parametrize("value", [MAX_INTEGER, -MAX_INTEGER, [0, {"n": MAX_INTEGER}], 10**18])
+def test_integers_in_the_stored_range_round_trip(value: Any) -> None:
+    assert decode(encode(value)) == value == round_trip(value)
+
+
+@pytest.mark.parametrize(
+    ("value", "path"),
+    [
+        (MAX_INTEGER + 1, "$"),
+        (-(MAX_INTEGER + 1), "$"),
+        ({"a": [1, 2**64]}, "$.a[1]"),
+        ({"big": 10**5000}, "$.big"),
+        ({"a b": [10**4301]}, '$["a b"][0]'),
+    ],
+)
+def test_integers_out_of_range_are_refused_with_their_path(value: Any, path: str) -> None:
+    """Never stored (``json`` cannot read 4301 digits back) and never a raw ``ValueError``."""
+    for call in (encode, round_trip, canonical_json, fingerprint):
+        with pytest.raises(SerializationError) as caught:
+            call(value)
+        assert caught.value.code == ErrorCode.INTEGER_OUT_OF_RANGE
+        assert caught.value.context["path"] == path
+
+
+@pytest.mark.parametrize(
+    ("value", "path", "kind"),
+    [
+        ({"a": [1, {"b": {1, 2}}]}, "$.a[1].b", "set"),
+        ({"when": [datetime(2026, 1, 1, tzinfo=UTC)]}, "$.when[0]", "datetime"),
+        ({"price": Decimal("1.5")}, "$.price", "Decimal"),
+        ([b"raw"], "$[0]", "bytes"),
+        ({"k": {"x": object()}}, "$.k.x", "object"),
+    ],
+)
+def test_non_json_types_name_their_path(value: Any, path: str, kind: str) -> None:
+    with pytest.raises(SerializationError) as caught:
+        encode(value)
+    assert caught.value.context["path"] == path
+    assert caught.value.context["type"] == kind
+
+
+def test_stored_text_that_python_cannot_read_back_is_invalid_json() -> None:
+    with pytest.raises(SerializationError) as caught:
+        decode('{"n": ' + "1" * 5000 + "}")
+    assert caught.value.code == ErrorCode.INVALID_JSON
+
+
+def test_outbox_and_depth_limits_are_checked() -> None:
+    with pytest.raises(ConfigurationError):
+        JsonLimits(max_outbox_bytes=0)
+    with pytest.raises(ConfigurationError):
+        JsonLimits(max_depth=10_000)
+    assert JsonLimits().max_outbox_bytes == 8 * 1024 * 1024
+
+
+class _Doc(BaseModel):
+    value: StoredJson = None
+    data: StoredJsonObject = {}
+
+
+def test_model_json_fields_follow_the_codec_rule() -> None:
+    """Tuples are JSON arrays (kept as lists); anything else not JSON is the library's error."""
+    assert _Doc(value=(1, (2,)), data={"t": (3,)}) == _Doc(value=[1, [2]], data={"t": [3]})
+    with pytest.raises(SerializationError) as caught:
+        _Doc(data={"s": [{1}]})
+    assert caught.value.context["path"] == "$.s[0]"
+    with pytest.raises(SerializationError) as deep:
+        _Doc(value=nested(5000))
+    assert deep.value.code == ErrorCode.VALUE_TOO_DEEP

@@ -32,6 +32,14 @@ from intention_kernel.contracts.ids import (
         ("a\x7fb", "forbidden_character"),
         ("a\x85b", "forbidden_character"),
         ("\udc80", "forbidden_character"),
+        ("\u200b", "forbidden_character"),
+        ("t\u202ex", "forbidden_character"),
+        ("\u2066x\u2069", "forbidden_character"),
+        ("\ufeffx", "forbidden_character"),
+        ("a\u00adb", "forbidden_character"),
+        ("a\u2028b", "forbidden_character"),
+        ("a\u2029b", "forbidden_character"),
+        ("\u00a0", "blank"),
     ],
 )
 def test_bad_thread_ids_are_refused_with_a_reason(value: Any, reason: str) -> None:
@@ -78,3 +86,10 @@ def test_new_ids_are_unique_and_time_ordered() -> None:
     assert len(set(ids)) == 200
     stamps = [i.split("_")[1][:12] for i in ids]
     assert stamps == sorted(stamps)
+
+
+@pytest.mark.parametrize("value", ["caf\u00e9", "日本-42", "a b", "\u00a0x", "emoji-\U0001f600"])
+def test_visible_unicode_is_kept_exactly(value: str) -> None:
+    """One rule: invisible and display-changing characters (Cc, Cf, Zl, Zp, Cs) are refused,
+    every visible character is kept as is (no normalization)."""
+    assert validate_thread_id(value) == value

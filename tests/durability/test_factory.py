@@ -67,6 +67,13 @@ ACCEPTED: list[tuple[str, str, Path | None, str | None, dict[str, Any]]] = [
         {"listen": False, "lock_timeout": 3.0, "statement_timeout": 0.5},
     ),
     (
+        "postgresql://u@h1:5432,[::1]:5433/app",
+        "postgresql",
+        None,
+        "postgresql://u@h1:5432,[::1]:5433/app",
+        {},
+    ),
+    (
         "postgresql:///app?host=/run/postgresql",
         "postgresql",
         None,
@@ -109,6 +116,10 @@ REFUSED: list[tuple[str, str]] = [
     ("sqlite:////tmp/x.db?lock_timeout=soon", "lock_timeout"),
     ("postgresql://db:notaport/app", "url"),
     ("postgresql://db:99999/app", "url"),
+    ("postgresql://postgres@:::/x", "url"),
+    ("postgresql://u@[::1/app", "url"),
+    ("postgresql://u@h1:5432,h2:0/app", "url"),
+    ("postgresql://u@h/app?port=70000", "port"),
     ("postgresql://db/app?listen=maybe", "listen"),
     ("postgresql://db/app?lock_timeout=-1", "lock_timeout"),
     ("postgresql://db/app?statement_timeout=inf", "statement_timeout"),
@@ -240,3 +251,191 @@ def test_a_missing_postgres_extra_gives_the_install_hint() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "pip install 'intention-kernel[postgres]'" in done.stdout
+
+
+# ---------------------------------------------------------------- operator issues (read-only
+# opening, typed refusals, silent acceptance, file modes, secrets)
+
+
+def _schema_one(path: Path) -> None:
+    import sqlite3
+
+    from intention_kernel.durability.sqlite._schema import MIGRATIONS
+
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode = WAL")
+        for statement in MIGRATIONS[0]:
+            conn.execute(statement)
+        conn.execute("CREATE TABLE ik_schema (version INTEGER PRIMARY KEY, applied_at TEXT)")
+        conn.execute("INSERT INTO ik_schema VALUES (1, '2025-01-01T00:00:00+00:00')")
+    finally:
+        conn.close()
+
+
+async def test_opening_without_migrating_refuses_a_missing_or_older_schema(tmp_path: Path) -> None:
+    from intention_kernel.contracts.errors import ErrorCode, StoreSchemaError
+
+    old, empty, missing = tmp_path / "v1.db", tmp_path / "empty.db", tmp_path / "none.db"
+    _schema_one(old)
+    empty.touch()
+    before = old.read_bytes()
+    for path in (old, empty, missing):
+        with pytest.raises(StoreSchemaError) as caught:
+            await open_durability(sqlite_url(path), migrate=False)
+        assert caught.value.code is ErrorCode.STORE_SCHEMA_MISSING
+        with pytest.raises(StoreSchemaError):
+            await SQLiteDurability.open(path, migrate=False)
+    assert old.read_bytes() == before and empty.stat().st_size == 0 and not missing.exists()
+    assert (await read_schema_info(sqlite_url(old))).version == 1
+    store = await open_durability(sqlite_url(old))  # migrating is the default
+    await store.close()
+    current = await open_durability(sqlite_url(old), migrate=False)
+    await current.close()
+
+
+OPEN_REFUSED: list[tuple[str, dict[str, Any], str]] = [
+    ("postgresql://postgres@[::1/x", {}, "url"),
+    ("postgresql://postgres@127.0.0.1/test?port=99999", {}, "port"),
+    ("postgresql://postgres@127.0.0.1/test?port=5432,x", {}, "port"),
+    ("postgresql://postgres@127.0.0.1/test", {"min_size": 5, "max_size": 2}, "min_size"),
+    ("postgresql://postgres@127.0.0.1/test", {"max_size": 0}, "max_size"),
+    ("postgresql://postgres@127.0.0.1/test", {"min_size": "x"}, "min_size"),
+    ("postgresql://postgres@127.0.0.1/test", {"bogus": 1}, "bogus"),
+    ("postgresql://postgres@127.0.0.1/test?sslmode=bogus", {}, "url"),
+    ("sqlite:////tmp/x.db", {"bogus": 1}, "bogus"),
+    ("sqlite:////tmp/x.db", {"setup": True}, "setup"),
+    ("memory://", {"bogus": 1}, "bogus"),
+]
+
+
+@pytest.mark.parametrize(("url", "options", "setting"), OPEN_REFUSED)
+async def test_open_refuses_bad_settings_with_a_typed_error(
+    url: str, options: dict[str, Any], setting: str
+) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        await _open_and_close(url, **options)
+    assert caught.value.context.get("setting") == setting, caught.value
+
+
+async def _open_and_close(url: str, **options: Any) -> None:
+    store = await open_durability(url, **options)
+    await store.close()
+
+
+async def test_read_schema_info_refuses_a_port_out_of_range() -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        await read_schema_info("postgresql:///test?host=127.0.0.1&port=99999")
+    assert caught.value.context.get("setting") == "port"
+
+
+async def test_sqlite_refuses_a_missing_directory_and_a_ram_filesystem(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("IK_SQLITE_ALLOW_RAM", raising=False)
+    nested = tmp_path / "no" / "such" / "dir" / "x.db"
+    with pytest.raises(ConfigurationError) as caught:
+        await open_durability(sqlite_url(nested))
+    assert "does not exist" in caught.value.message
+    assert not (tmp_path / "no").exists()
+    shm = Path("/dev/shm") / f"ik-factory-{tmp_path.name}.db"
+    with pytest.raises(ConfigurationError) as ram:
+        await open_durability(sqlite_url(shm))
+    assert ram.value.context.get("filesystem") == "tmpfs"
+    assert _missing(shm) and _missing(Path(f"{shm}.locks"))
+
+
+def _missing(path: Path) -> bool:
+    return not path.exists()
+
+
+def test_a_keyword_dsn_is_not_taken_for_a_file_name() -> None:
+    for text in ("host=db user=app dbname=agents", "dbname=agents", "host=/run/postgresql"):
+        with pytest.raises(ConfigurationError) as caught:
+            sqlite_url(text)
+        assert "postgresql://" in caught.value.message
+
+
+async def test_sqlite_files_are_private_to_their_owner(tmp_path: Path) -> None:
+
+    from intention_kernel.contracts import DurableTurnResult, KernelCheckpoint
+
+    path = tmp_path / "app.db"
+    store = await open_durability(sqlite_url(path))
+
+    async def operation(scope: Any) -> DurableTurnResult:
+        result = DurableTurnResult(
+            thread_id=scope.thread_id,
+            turn_id=scope.turn_id,
+            trace_id="t",
+            response={},
+            checkpoint=KernelCheckpoint(revision=1, agent_fingerprint="fp"),
+        )
+        await scope.commit(result, outbox=[])
+        return result
+
+    try:
+        await store.with_turn("thread-1", "turn-1", operation)
+        modes = _modes(tmp_path)  # while open: -wal and -shm exist
+    finally:
+        await store.close()
+    locks = modes.pop("app.db.locks")
+    assert {"app.db", "app.db-wal", "app.db-shm"} <= set(modes)
+    assert set(modes.values()) == {0o600}, modes
+    assert locks == 0o700
+
+
+async def test_a_group_lock_directory_gives_group_lock_files(tmp_path: Path) -> None:
+
+    path = tmp_path / "shared.db"
+    (tmp_path / "shared.db.locks").mkdir(mode=0o770)
+    (tmp_path / "shared.db.locks").chmod(0o2770)
+    store = await open_durability(sqlite_url(path))
+    try:
+        async with store.turn("thread-1", "turn-1"):
+            pass
+    finally:
+        await store.close()
+    [lock] = [mode for name, mode in _modes(tmp_path).items() if name.endswith(".lock")]
+    assert lock == 0o660
+
+
+def _modes(directory: Path) -> dict[str, int]:
+    """Permission bits of the store's files, the lock directory and the lock files in it."""
+    import stat
+
+    found = [*directory.glob("*.db*"), *directory.glob("*.db.locks/*")]
+    return {p.name: stat.S_IMODE(p.stat().st_mode) for p in found}
+
+
+async def test_postgres_names_a_missing_database_or_role(pg_url: str) -> None:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(pg_url)
+    host = f"{parts.hostname}:{parts.port or 5432}"
+    cases = [
+        (f"postgresql://{parts.username or 'postgres'}@{host}/no_such_db_x", "no_such_db_x"),
+        (f"postgresql://no_such_role_x:pw-secret-1@{host}/test", "no_such_role_x"),
+    ]
+    for url, name in cases:
+        with pytest.raises(ConfigurationError) as caught:
+            await _open_and_close(url)
+        assert name in caught.value.message and "pw-secret-1" not in str(caught.value)
+        assert caught.value.context.get("setting") == "url"
+
+
+def test_redact_hides_passwords_in_urls_and_keyword_dsns() -> None:
+    from intention_kernel.durability.factory import redact
+
+    cases = {
+        "postgresql://app:s3cret@db/agents": "postgresql://app:***@db/agents",
+        "see postgres://u:p%40ss@h:5/d?x=1 now": "see postgres://u:***@h:5/d?x=1 now",
+        "postgresql://db/app?password=s3cret&sslmode=require": (
+            "postgresql://db/app?password=***&sslmode=require"
+        ),
+        "host=db password=s3cret user=u": "host=db password=*** user=u",
+        "nats://tok:en@127.0.0.1:4222/x": "nats://tok:***@127.0.0.1:4222/x",
+        "postgresql://app@db/agents": "postgresql://app@db/agents",
+    }
+    for text, expected in cases.items():
+        assert redact(text) == expected

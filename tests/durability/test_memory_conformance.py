@@ -21,6 +21,15 @@ class MemoryHarness(ConformanceHarness):
         epochs = self.store.epochs
         epochs[thread_id] = epochs.get(thread_id, 0) + 1
 
+    async def corrupt_turn(self, thread_id: str, turn_id: str, text: str) -> None:
+        self.store.turns[(thread_id, turn_id)].result_json = text
+
+    async def corrupt_receipt(self, thread_id: str, idempotency_key: str, text: str) -> None:
+        self.store.receipts[(thread_id, idempotency_key)] = text
+
+    async def corrupt_event(self, position: int, text: str) -> None:
+        self.store.outbox[position - 1] = text
+
 
 class TestMemoryConformance(DurabilityConformance):
     @pytest.fixture

@@ -2,23 +2,28 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
 from pydantic import JsonValue
 
 from intention_kernel.contracts import (
+    ConfigurationError,
     EffectConflictError,
     EffectIdentity,
     EffectNotAppliedError,
     EffectReceipt,
     ErrorCode,
+    JsonLimits,
     ReceiptStatus,
     ReconcileOutcome,
+    ReconciliationRecord,
     TurnConflictError,
 )
 from intention_kernel.durability import _ledger, _turns
 from intention_kernel.durability._ledger import EffectAction
+from intention_kernel.testing import MemoryDurability
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 IDENTITY = EffectIdentity("payments.charge:k", "payments.charge", step_id="s2")
@@ -209,3 +214,87 @@ def test_revision_compare_and_set_refuses_any_mismatch(loaded: int, stored: int)
         _turns.check_revision(loaded, stored, thread_id="t")
     assert caught.value.code == ErrorCode.CHECKPOINT_REVISION_CONFLICT
     _turns.check_revision(stored, stored, thread_id="t")
+
+
+@pytest.mark.parametrize("status", list(ReceiptStatus))
+def test_another_request_under_a_key_is_refused_whatever_the_status(status: ReceiptStatus) -> None:
+    stored = receipt(status).model_copy(update={"request_fingerprint": "a" * 64})
+    asked = replace(IDENTITY, request_fingerprint="b" * 64)
+    with pytest.raises(EffectConflictError) as caught:
+        _ledger.start_effect(stored, asked, thread_id="t", turn_id="turn-1", now=NOW)
+    assert caught.value.code == ErrorCode.EFFECT_REQUEST_MISMATCH
+    assert caught.value.context["stored_fingerprint"] == "a" * 64
+    same = replace(IDENTITY, request_fingerprint="a" * 64)
+    _ledger.start_effect(stored, same, thread_id="t", turn_id="turn-1", now=NOW)
+    _ledger.start_effect(receipt(status), asked, thread_id="t", turn_id="turn-1", now=NOW)
+
+
+def test_a_failed_receipt_retried_with_a_request_keeps_its_fingerprint() -> None:
+    asked = replace(IDENTITY, request_fingerprint="b" * 64)
+    start = _ledger.start_effect(
+        receipt(ReceiptStatus.FAILED), asked, thread_id="t", turn_id="turn-1", now=NOW
+    )
+    assert start.receipt.request_fingerprint == "b" * 64
+
+
+def record(receipt_id: str, outcome: ReconcileOutcome, at: datetime) -> ReconciliationRecord:
+    return ReconciliationRecord(
+        id="rec_1",
+        thread_id="t",
+        idempotency_key="payments.charge:k",
+        receipt_id=receipt_id,
+        previous_status=ReceiptStatus.UNCERTAIN,
+        outcome=outcome,
+        note="n",
+        actor="ops",
+        recorded_at=at,
+    )
+
+
+@pytest.mark.parametrize(
+    ("status", "last", "allowed"),
+    [
+        (ReceiptStatus.COMPLETED, record("rcpt_1", "completed", NOW), True),
+        (ReceiptStatus.FAILED, record("rcpt_1", "not_applied", NOW), True),
+        (ReceiptStatus.COMPLETED, None, False),
+        (ReceiptStatus.FAILED, record("rcpt_1", "completed", NOW), False),
+        (ReceiptStatus.COMPLETED, record("rcpt_other", "completed", NOW), False),
+        (
+            ReceiptStatus.COMPLETED,
+            record("rcpt_1", "completed", datetime(2025, 1, 1, tzinfo=UTC)),
+            False,
+        ),
+        (ReceiptStatus.UNCERTAIN, record("rcpt_1", "completed", NOW), False),
+    ],
+)
+def test_only_a_receipt_as_its_last_reconciliation_left_it_is_corrected(
+    status: ReceiptStatus, last: ReconciliationRecord | None, allowed: bool
+) -> None:
+    def correct() -> tuple[EffectReceipt, ReconciliationRecord]:
+        return _ledger.resolve_uncertain(
+            receipt(status),
+            "completed",
+            thread_id="t",
+            idempotency_key="payments.charge:k",
+            value=7,
+            note="fix",
+            actor="ops",
+            now=NOW,
+            correct=True,
+            last=last,
+        )
+
+    if not allowed:
+        with pytest.raises(EffectConflictError) as caught:
+            correct()
+        assert caught.value.code == ErrorCode.RECEIPT_NOT_RECONCILED
+        return
+    fixed, audit = correct()
+    assert (fixed.status, fixed.value) == (ReceiptStatus.COMPLETED, 7)
+    assert last is not None and audit.supersedes == last.id
+
+
+def test_a_store_refuses_limits_deeper_than_its_documents_can_wrap() -> None:
+    with pytest.raises(ConfigurationError):
+        MemoryDurability(json_limits=JsonLimits(max_depth=249))
+    assert MemoryDurability(json_limits=JsonLimits(max_depth=248)).json_limits.max_depth == 248

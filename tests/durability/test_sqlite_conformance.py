@@ -33,6 +33,32 @@ class SQLiteHarness(ConformanceHarness):
             )
         conn.close()
 
+    def _write(self, sql: str, *args: object) -> None:
+        conn = sqlite3.connect(self.path, isolation_level=None)
+        try:
+            assert conn.execute(sql, args).rowcount == 1
+        finally:
+            conn.close()
+
+    async def corrupt_turn(self, thread_id: str, turn_id: str, text: str) -> None:
+        self._write(
+            "UPDATE ik_turns SET result = ? WHERE thread_id = ? AND turn_id = ?",
+            text,
+            thread_id,
+            turn_id,
+        )
+
+    async def corrupt_receipt(self, thread_id: str, idempotency_key: str, text: str) -> None:
+        self._write(
+            "UPDATE ik_receipts SET document = ? WHERE thread_id = ? AND idempotency_key = ?",
+            text,
+            thread_id,
+            idempotency_key,
+        )
+
+    async def corrupt_event(self, position: int, text: str) -> None:
+        self._write("UPDATE ik_outbox SET document = ? WHERE position = ?", text, position)
+
 
 class TestSQLiteConformance(DurabilityConformance):
     @pytest.fixture

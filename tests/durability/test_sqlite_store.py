@@ -120,13 +120,18 @@ def test_filesystem_type_uses_the_longest_mount_point(path: str, fstype: str) ->
     assert filesystem_type(Path(path), MOUNTS) == fstype
 
 
-def test_a_network_filesystem_is_refused(tmp_path: Path) -> None:
+def test_a_network_filesystem_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     mounts = tmp_path / "mounts"
     mounts.write_text(f"/dev/vda / ext4 rw 0 0\nserver:/x {tmp_path} nfs rw 0 0\n")
     with pytest.raises(ConfigurationError) as caught:
         check_local(tmp_path / "app.db", mounts_file=str(mounts))
     assert caught.value.context["filesystem"] == "nfs"
     mounts.write_text(f"/dev/vda / ext4 rw 0 0\ntmpfs {tmp_path} tmpfs rw 0 0\n")
+    monkeypatch.delenv("IK_SQLITE_ALLOW_RAM", raising=False)
+    with pytest.raises(ConfigurationError) as caught:  # a power loss would lose every turn
+        check_local(tmp_path / "deeper" / "app.db", mounts_file=str(mounts))
+    assert caught.value.context["filesystem"] == "tmpfs"
+    monkeypatch.setenv("IK_SQLITE_ALLOW_RAM", "1")
     check_local(tmp_path / "deeper" / "app.db", mounts_file=str(mounts))
 
 

@@ -15,8 +15,13 @@ from datetime import datetime
 
 from ...contracts.checkpoint import KernelCheckpoint
 from ...contracts.codec import DEFAULT_LIMITS, JsonLimits
-from ...contracts.errors import DurabilityError, ErrorCode, LeaseLostError
-from ...contracts.events import KernelEvent, StoredEvent
+from ...contracts.errors import (
+    CheckpointCorruptError,
+    DurabilityError,
+    ErrorCode,
+    LeaseLostError,
+)
+from ...contracts.events import StoredEvent
 from ...contracts.receipts import (
     EffectIdentity,
     EffectReceipt,
@@ -26,7 +31,14 @@ from ...contracts.receipts import (
 from ...contracts.turns import DurableTurnResult
 from ...crashpoints import CrashPoint, crash_point
 from .. import _turns
-from .._documents import decode_model, decode_turn, encode_model, is_pruned
+from .._documents import (
+    decode_model,
+    decode_turn,
+    encode_model,
+    is_pruned,
+    unreadable,
+    unreadable_receipt,
+)
 from .._ledger import EffectStart, resolve_uncertain, start_effect
 from ..engine import DurabilityEngine, Lease, OpenedTurn, Reconciliation, StoredTurn, TurnCommit
 from ._inspect import MemoryInspection
@@ -172,7 +184,11 @@ class MemoryDurability(MemoryOutboxSource, MemoryInspection, DurabilityEngine[Le
         )
         self.store.committed_at[(thread_id, turn_id)] = self._now()
         self.store.heads[thread_id] = (revision, turn_id)
-        self.store.outbox.extend(commit.events_json)
+        for event, text in zip(commit.events, commit.events_json, strict=True):
+            self.store.outbox.append(text)
+            self.store.deliveries[len(self.store.outbox)] = Delivery(
+                event.thread_id, event.occurred_at
+            )
 
     async def storage_reconcile(
         self, decision: Reconciliation, lease: Lease | None
@@ -180,6 +196,7 @@ class MemoryDurability(MemoryOutboxSource, MemoryInspection, DurabilityEngine[Le
         if lease is not None:
             self._fence(lease)
         existing = self._receipt(decision.thread_id, decision.idempotency_key)
+        last = self._last_reconciliation(decision) if decision.correct else None
         receipt, record = resolve_uncertain(
             existing,
             decision.outcome,
@@ -190,10 +207,22 @@ class MemoryDurability(MemoryOutboxSource, MemoryInspection, DurabilityEngine[Le
             actor=decision.actor,
             now=self._now(),
             holds_lease=lease is not None,
+            correct=decision.correct,
+            last=last,
         )
         self._put_receipt(receipt)
         self.store.reconciliations.append(encode_model(record, what="reconciliation"))
         return receipt
+
+    def _last_reconciliation(self, decision: Reconciliation) -> ReconciliationRecord | None:
+        for text in reversed(self.store.reconciliations):
+            record = decode_model(ReconciliationRecord, text, what="reconciliation")
+            if (record.thread_id, record.idempotency_key) == (
+                decision.thread_id,
+                decision.idempotency_key,
+            ):
+                return record
+        return None
 
     async def storage_close(self) -> None:
         return None
@@ -230,8 +259,8 @@ class MemoryDurability(MemoryOutboxSource, MemoryInspection, DurabilityEngine[Le
         self, status: ReceiptStatus | None, thread_id: str | None, limit: int
     ) -> list[EffectReceipt]:
         receipts = [
-            decode_model(EffectReceipt, text, what="receipt", thread_id=t)
-            for (t, _), text in self.store.receipts.items()
+            self._listed_receipt(t, key, text)
+            for (t, key), text in self.store.receipts.items()
             if thread_id is None or t == thread_id
         ]
         if status is ReceiptStatus.UNCERTAIN:
@@ -241,6 +270,16 @@ class MemoryDurability(MemoryOutboxSource, MemoryInspection, DurabilityEngine[Le
             chosen = [r for r in receipts if status is None or r.status is status]
         chosen.sort(key=lambda r: (r.updated_at, r.id))
         return chosen[:limit]
+
+    @staticmethod
+    def _listed_receipt(thread_id: str, key: str, text: str) -> EffectReceipt:
+        """A receipt for a listing: a corrupt one as a placeholder (needs an operator)."""
+        try:
+            return decode_model(EffectReceipt, text, what="receipt", thread_id=thread_id)
+        except CheckpointCorruptError as exc:
+            return unreadable_receipt(
+                thread_id=thread_id, idempotency_key=key, reason=unreadable(exc)
+            )
 
     async def storage_reconciliations(
         self, thread_id: str | None, idempotency_key: str | None
@@ -263,12 +302,14 @@ class MemoryDurability(MemoryOutboxSource, MemoryInspection, DurabilityEngine[Le
         for position, text in enumerate(self.store.outbox, start=1):
             if position <= after_position or text is None:
                 continue
-            event = decode_model(KernelEvent, text, what="outbox event")
+            stored = self._stored(position)
+            if stored is None:
+                continue
+            event = stored.event
             if thread_id is not None and event.thread_id != thread_id:
                 continue
             if turn_id is not None and event.turn_id != turn_id:
                 continue
-            stored = self._stored(position, event)
             assert stored is not None
             events.append(stored)
             if len(events) >= limit:

@@ -10,10 +10,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from ...contracts.errors import CheckpointCorruptError
 from ...contracts.inspect import LeaseInfo, PruneReport, SchemaInfo, StoreStatus, ThreadSummary
 from ...contracts.receipts import EffectReceipt, ReceiptStatus
 from ...contracts.turns import DurableTurnResult
-from .._documents import PRUNED_TURN, decode_model, is_pruned
+from .._documents import PRUNED_TURN, decode_model, is_pruned, unreadable, unreadable_receipt
 from .._ledger import needs_operator
 
 if TYPE_CHECKING:
@@ -28,10 +29,32 @@ class MemoryInspection:
     store: MemoryStore
 
     def _receipts(self) -> list[EffectReceipt]:
-        return [
-            decode_model(EffectReceipt, text, what="receipt")
-            for text in self.store.receipts.values()
-        ]
+        """Every receipt; a corrupt one as a placeholder (``uncertain``: it needs an operator)."""
+        receipts = []
+        for (thread_id, key), text in self.store.receipts.items():
+            try:
+                receipts.append(decode_model(EffectReceipt, text, what="receipt"))
+            except CheckpointCorruptError as exc:
+                receipts.append(
+                    unreadable_receipt(
+                        thread_id=thread_id, idempotency_key=key, reason=unreadable(exc)
+                    )
+                )
+        return receipts
+
+    def _head_fingerprint(self, thread_id: str) -> tuple[str | None, str | None]:
+        """``(agent fingerprint, None)`` of the thread's head, or ``(None, why unreadable)``."""
+        head = self.store.heads.get(thread_id)
+        if head is None:
+            return None, None
+        turn = self.store.turns.get((thread_id, head[1]))
+        if turn is None:
+            return None, "unreadable: the thread's head points at a missing turn"
+        try:
+            result = decode_model(DurableTurnResult, turn.result_json, what="turn result")
+        except CheckpointCorruptError as exc:
+            return None, unreadable(exc)
+        return result.checkpoint.agent_fingerprint, None
 
     def _lease_held(self, thread_id: str) -> bool:
         lock = self.store.locks.get(thread_id)
@@ -55,11 +78,7 @@ class MemoryInspection:
         rows = []
         for thread_id in ids:
             head = self.store.heads.get(thread_id)
-            fingerprint = None
-            if head is not None:
-                turn = self.store.turns[(thread_id, head[1])]
-                result = decode_model(DurableTurnResult, turn.result_json, what="turn result")
-                fingerprint = result.checkpoint.agent_fingerprint
+            fingerprint, corrupt = self._head_fingerprint(thread_id)
             commits = [at for (t, _), at in self.store.committed_at.items() if t == thread_id]
             rows.append(
                 ThreadSummary(
@@ -76,6 +95,7 @@ class MemoryInspection:
                     uncertain_receipts=sum(
                         1 for r in receipts if r.thread_id == thread_id and self._awaits_operator(r)
                     ),
+                    corrupt=corrupt,
                 )
             )
         return rows
@@ -93,6 +113,9 @@ class MemoryInspection:
             undelivered_events=sum(1 for d in live if d is None or not d.done),
             dead_events=sum(1 for d in live if d is not None and d.dead),
             backend="memory",
+            corrupt_threads=sum(
+                1 for thread_id in self.store.heads if self._head_fingerprint(thread_id)[1]
+            ),
         )
 
     async def storage_schema_info(self) -> SchemaInfo:
@@ -108,12 +131,15 @@ class MemoryInspection:
 
     async def storage_prune_records(self, older_than: datetime, dry_run: bool) -> PruneReport:
         report = PruneReport(cutoff=older_than, dry_run=dry_run)
-        live = {(r.thread_id, r.turn_id) for r in self._receipts() if r.status in _LIVE}
+        receipts = self._receipts()
+        live = {(r.thread_id, r.turn_id) for r in receipts if r.status in _LIVE}
         live |= {(thread, head[1]) for thread, head in self.store.heads.items()}
+        # An unreadable receipt may be live: every turn of its thread is kept.
+        unknown = {r.thread_id for r in receipts if (r.error or "").startswith("unreadable")}
         for key, at in sorted(self.store.committed_at.items(), key=lambda item: item[1]):
             if at >= older_than or is_pruned(self.store.turns[key].result_json):
                 continue
-            if key in live:
+            if key in live or key[0] in unknown:
                 report.kept_turns += 1
                 continue
             report.turns.append(key)

@@ -10,9 +10,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from ...contracts.errors import CheckpointCorruptError
 from ...contracts.events import KernelEvent, StoredEvent
 from ...contracts.outbox import OutboxStats
-from .._documents import decode_model
+from .._documents import decode_model, unreadable, unreadable_event
 from .._outbox_rules import Candidate, claimable, failed_attempt
 
 if TYPE_CHECKING:
@@ -65,19 +66,33 @@ class MemoryOutboxSource:
         text = self.store.outbox[position - 1]
         return None if text is None else decode_model(KernelEvent, text, what="outbox event")
 
+    def _readable(self, position: int) -> tuple[KernelEvent | None, str | None]:
+        """The event at ``position`` and ``None``, or a placeholder and why it is unreadable
+        (the delivery state, made at commit, knows its thread)."""
+        try:
+            return self._event(position), None
+        except CheckpointCorruptError as exc:
+            state = self.store.deliveries.get(position)
+            reason = unreadable(exc)
+            thread_id = "" if state is None else state.thread_id
+            placeholder = unreadable_event(
+                position=position, thread_id=thread_id, turn_id="", sequence=0, reason=reason
+            )
+            return placeholder, reason
+
     def _delivery(self, position: int) -> Delivery | None:
         """The delivery state of ``position`` (``None`` once pruned)."""
         state = self.store.deliveries.get(position)
         if state is None:
-            event = self._event(position)
+            event, _ = self._readable(position)
             if event is None:
                 return None
             state = Delivery(event.thread_id, event.occurred_at)
             self.store.deliveries[position] = state
         return state
 
-    def _stored(self, position: int, event: KernelEvent | None = None) -> StoredEvent | None:
-        event = event or self._event(position)
+    def _stored(self, position: int) -> StoredEvent | None:
+        event, corrupt = self._readable(position)
         state = self._delivery(position)
         if event is None or state is None:
             return None
@@ -88,6 +103,7 @@ class MemoryOutboxSource:
             attempts=state.attempts,
             last_error=state.last_error,
             dead=state.dead,
+            corrupt=corrupt,
         )
 
     def _advance_floor(self) -> int:
@@ -113,11 +129,18 @@ class MemoryOutboxSource:
         )
         until = now + timedelta(seconds=lease)
         claimed: list[StoredEvent] = []
+        broken: set[str] = set()  # threads held back by an unreadable event of this batch
         for position in claimable(candidates, now=now, limit=limit):
             state = self.store.deliveries[position]
-            state.claimed_by, state.claimed_until = relay_id, until
             stored = self._stored(position)
             assert stored is not None
+            if state.thread_id in broken:
+                continue
+            if stored.corrupt is not None:
+                state.dead, state.last_error, state.next_attempt_at = True, stored.corrupt, None
+                broken.add(state.thread_id)
+                continue
+            state.claimed_by, state.claimed_until = relay_id, until
             claimed.append(stored)
         return claimed
 

@@ -36,7 +36,7 @@ from ._errors import bounded, retrying, translated
 from ._inspect import PostgresInspection
 from ._lease import Heartbeat, LeaseSettings, PgLease, new_owner
 from ._outbox import OutboxStatements, PostgresOutboxNotifier, PostgresOutboxSource
-from ._reads import PostgresReads
+from ._reads import PostgresReads, last_reconciliation
 from ._sql import Statements
 
 __all__ = ["PostgresDurability"]
@@ -615,6 +615,11 @@ class PostgresDurability(
                     if text is None
                     else decode_model(EffectReceipt, text, what="receipt", thread_id=thread_id)
                 )
+                last = (
+                    await last_reconciliation(conn, self.schema, thread_id, idempotency_key)
+                    if decision.correct
+                    else None
+                )
                 receipt, record = resolve_uncertain(
                     existing,
                     decision.outcome,
@@ -625,6 +630,8 @@ class PostgresDurability(
                     actor=decision.actor,
                     now=self._now(),
                     holds_lease=lease is not None,
+                    correct=decision.correct,
+                    last=last,
                 )
                 await conn.execute(
                     f"UPDATE {s}.receipts SET status = $3, updated_at = $4, receipt = $5"

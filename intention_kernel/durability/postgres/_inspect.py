@@ -6,6 +6,10 @@ transaction; outbox events are pruned only once the outbox records deliveries.
 
 Uncertain counts include interrupted ``prepared`` receipts: those whose thread has no live lease
 row (``expires_at`` past, or ``-infinity`` once released; see ``_ledger.needs_operator``).
+
+Stored documents are parsed here only through the schema's ``json_or_null`` (migration 3): a
+corrupt head is reported on its own thread (``ThreadSummary.corrupt``, counted in
+``StoreStatus.corrupt_threads``) instead of failing the query for the whole store.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ...contracts.inspect import LeaseInfo, PruneReport, SchemaInfo, StoreStatus, ThreadSummary
-from .._documents import PRUNED_TURN
+from .._documents import PRUNED_TURN, head_problem
 from ._errors import translated
 from ._schema import MIGRATIONS
 
@@ -89,10 +93,8 @@ class PostgresInspection:
                     ORDER BY thread_id LIMIT $3
                 )
                 SELECT c.thread_id, h.revision, h.turn_id,
-                       (SELECT t.result::jsonb #>> '{{checkpoint,agent_fingerprint}}'
-                          FROM {s}.turns t
-                         WHERE t.thread_id = h.thread_id AND t.turn_id = h.turn_id)
-                           AS fingerprint,
+                       head.doc #>> '{{checkpoint,agent_fingerprint}}' AS fingerprint,
+                       head.found, head.doc IS NOT NULL AS valid,
                        (SELECT count(*) FROM {s}.turns t WHERE t.thread_id = c.thread_id
                           AND t.result <> '{PRUNED_TURN}')
                            AS turns,
@@ -102,6 +104,10 @@ class PostgresInspection:
                          WHERE r.thread_id = c.thread_id AND {awaits_operator(s)})
                            AS uncertain
                   FROM chosen c LEFT JOIN {s}.heads h ON h.thread_id = c.thread_id
+                  LEFT JOIN LATERAL (
+                      SELECT true AS found, {s}.json_or_null(t.result) AS doc FROM {s}.turns t
+                       WHERE t.thread_id = h.thread_id AND t.turn_id = h.turn_id
+                  ) head ON true
                  ORDER BY c.thread_id
                 """,
                 after or "",
@@ -117,6 +123,13 @@ class PostgresInspection:
                 turns=int(r["turns"]),
                 last_commit_at=r["last_commit_at"],
                 uncertain_receipts=int(r["uncertain"]),
+                corrupt=None
+                if r["turn_id"] is None
+                else head_problem(
+                    missing=r["found"] is None,
+                    valid=bool(r["valid"]),
+                    fingerprint=r["fingerprint"],
+                ),
             )
             for r in rows
         ]
@@ -133,7 +146,12 @@ class PostgresInspection:
                       (SELECT count(*) FROM {s}.turns WHERE result <> '{PRUNED_TURN}') AS turns,
                       (SELECT count(*) FROM {s}.receipts WHERE status = 'uncertain')
                       + (SELECT count(*) FROM {s}.receipts r
-                          WHERE r.status = 'prepared' AND {lease_free(s)}) AS uncertain"""
+                          WHERE r.status = 'prepared' AND {lease_free(s)}) AS uncertain,
+                      (SELECT count(*) FROM {s}.heads h LEFT JOIN {s}.turns t
+                          ON t.thread_id = h.thread_id AND t.turn_id = h.turn_id
+                        WHERE t.result IS NULL OR
+                          {s}.json_or_null(t.result) #>> '{{checkpoint,agent_fingerprint}}'
+                            IS NULL) AS corrupt"""
                 )
                 if await self._has_deliveries(conn):
                     undelivered = await conn.fetchval(
@@ -151,6 +169,7 @@ class PostgresInspection:
             undelivered_events=int(undelivered),
             dead_events=int(dead),
             backend="postgresql",
+            corrupt_threads=int(row["corrupt"]),
         )
 
     async def storage_schema_info(self) -> SchemaInfo:
@@ -189,7 +208,9 @@ class PostgresInspection:
                            OR EXISTS (SELECT 1 FROM {s}.receipts r
                                        WHERE r.thread_id = t.thread_id
                                          AND r.status IN ('uncertain', 'prepared')
-                                         AND r.receipt::jsonb ->> 'turn_id' = t.turn_id)
+                                         AND coalesce(
+                                             {s}.json_or_null(r.receipt) ->> 'turn_id',
+                                             t.turn_id) = t.turn_id)
                              AS live
                           FROM {s}.turns t WHERE t.committed_at < $1 AND t.result <> $2
                          ORDER BY t.committed_at FOR UPDATE OF t""",

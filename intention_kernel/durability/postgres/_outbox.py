@@ -14,7 +14,9 @@ candidate. SKIP LOCKED silently skips rows another transaction holds (a concurre
 or failure); without that second check a skipped row would let a later row of its thread out
 of order. Candidates are first filtered against the statement's snapshot (a thread is held
 back from its first row that is dead, live-claimed or backing off), so a held-back thread does
-not fill the batch with rows that would be dropped.
+not fill the batch with rows that would be dropped. A claimed row that cannot be read back is
+dead-lettered at once (its reason in ``last_error``) with the rest of its thread's batch given
+back, so it holds back its own thread only; reads list it as a placeholder.
 
 Wake-up (optional, off by default): ``set_outbox_notify(True)`` installs a statement trigger
 that sends ``NOTIFY`` when a commit inserts outbox rows; a store opened with ``listen=True``
@@ -34,18 +36,33 @@ from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
-from ...contracts.errors import ConfigurationError, ErrorCode
+from ...contracts.errors import (
+    CheckpointCorruptError,
+    ConfigurationError,
+    DurabilityError,
+    ErrorCode,
+)
 from ...contracts.events import KernelEvent, StoredEvent
 from ...contracts.outbox import OutboxStats
-from .._documents import decode_model
+from .._documents import decode_model, unreadable, unreadable_event
 
-__all__ = ["OutboxStatements", "PostgresOutboxNotifier", "PostgresOutboxSource", "notify_channel"]
+__all__ = [
+    "EVENT_COLUMNS",
+    "OutboxStatements",
+    "PostgresOutboxNotifier",
+    "PostgresOutboxSource",
+    "notify_channel",
+]
 
 log = logging.getLogger("intention_kernel.postgres")
 
 _PROBE_TIMEOUT = 2.0
 _RECONNECT_EVERY = 5.0
-_RETURNING = "position, event, delivered_at, attempts, last_error, dead"
+EVENT_COLUMNS = (
+    "position, event, delivered_at, attempts, last_error, dead, thread_id, turn_id, sequence"
+)
+"""``SELECT`` these for ``stored_event``."""
+_RETURNING = EVENT_COLUMNS
 # An init-plan: evaluated once per statement, transaction-local (works behind a pooler).
 _SYNC_ON = "(SELECT set_config('synchronous_commit', 'on', true)) IS NOT NULL"
 
@@ -56,16 +73,30 @@ def notify_channel(schema: str) -> str:
 
 
 def stored_event(row: Any) -> StoredEvent:
-    """A ``StoredEvent`` with its delivery state from a row of ``_RETURNING`` columns."""
-    return StoredEvent(
-        event=decode_model(
+    """A ``StoredEvent`` with its delivery state from a row of ``EVENT_COLUMNS``; an
+    unreadable document as a placeholder from the row's columns, ``corrupt`` saying why."""
+    corrupt = None
+    try:
+        event = decode_model(
             KernelEvent, row["event"], what="outbox event", position=row["position"]
-        ),
+        )
+    except CheckpointCorruptError as exc:
+        corrupt = unreadable(exc)
+        event = unreadable_event(
+            position=row["position"],
+            thread_id=row["thread_id"],
+            turn_id=row["turn_id"],
+            sequence=row["sequence"],
+            reason=corrupt,
+        )
+    return StoredEvent(
+        event=event,
         position=row["position"],
         delivered_at=row["delivered_at"],
         attempts=row["attempts"],
         last_error=row["last_error"],
         dead=row["dead"],
+        corrupt=corrupt,
     )
 
 
@@ -122,7 +153,13 @@ WITH candidates AS (
 )
 UPDATE {s} u SET claimed_by = $1, claimed_until = now() + make_interval(secs => $3::float8)
 FROM chosen WHERE u.position = chosen.position
-RETURNING u.position, u.event, u.delivered_at, u.attempts, u.last_error, u.dead"""
+RETURNING u.position, u.event, u.delivered_at, u.attempts, u.last_error, u.dead, u.thread_id,
+    u.turn_id, u.sequence"""
+        # $1 position, $2 relay, $3 reason: an unreadable row this relay just claimed.
+        self.kill_unreadable = f"""
+UPDATE {s} SET dead = true, last_error = $3, claimed_by = NULL, claimed_until = NULL,
+    next_attempt_at = NULL
+WHERE position = $1 AND claimed_by = $2 AND delivered_at IS NULL AND {_SYNC_ON}"""
         # $1 positions. Durable: a lost mark would only re-deliver, but an acked batch should
         # stay acked across a server crash.
         self.mark_delivered = f"""
@@ -155,7 +192,16 @@ DELETE FROM {s}
 WHERE delivered_at IS NOT NULL AND delivered_at < now() - make_interval(secs => $1::float8)"""
         # One statement, one snapshot. The oldest pending event is looked for among each
         # thread's first pending event only (positions are not ordered across threads).
-        self.stats = f"""
+        # ``stats_tolerant`` reads the times through the schema's non-failing parsers: used
+        # when a pending row is not JSON (until a claim dead-letters it).
+        self.stats_tolerant = self._stats(
+            s, f"{q}.timestamptz_or_null({q}.json_or_null(h.event) ->> 'occurred_at')"
+        )
+        self.stats = self._stats(s, "(h.event::json ->> 'occurred_at')::timestamptz")
+
+    @staticmethod
+    def _stats(s: str, occurred_at: str) -> str:
+        return f"""
 SELECT
     (SELECT count(*) FROM {s} WHERE delivered_at IS NULL AND NOT dead) AS pending,
     (SELECT count(*) FROM {s}
@@ -163,7 +209,7 @@ SELECT
     (SELECT count(*) FROM {s} WHERE dead) AS dead,
     (SELECT count(DISTINCT thread_id) FROM {s} WHERE dead) AS blocked_threads,
     (SELECT count(*) FROM {s} WHERE delivered_at IS NOT NULL) AS delivered,
-    (SELECT extract(epoch FROM now() - min((h.event::json ->> 'occurred_at')::timestamptz))
+    (SELECT extract(epoch FROM now() - min({occurred_at}))
        FROM (SELECT DISTINCT ON (thread_id) event FROM {s}
              WHERE delivered_at IS NULL AND NOT dead
              ORDER BY thread_id, position) h)::float8 AS oldest_age"""
@@ -184,7 +230,26 @@ class PostgresOutboxSource:
 
     async def storage_claim(self, relay_id: str, limit: int, lease: float) -> list[StoredEvent]:
         rows = await self._fetch(self._outbox_sql.claim, relay_id, limit, lease)
-        return sorted((stored_event(r) for r in rows), key=lambda e: e.position)
+        claimed = sorted((stored_event(r) for r in rows), key=lambda e: e.position)
+        if all(e.corrupt is None for e in claimed):
+            return claimed
+        events: list[StoredEvent] = []
+        given_back: list[int] = []
+        broken: set[str] = set()  # threads held back by an unreadable row of this batch
+        for stored in claimed:
+            thread_id = stored.event.thread_id
+            if thread_id in broken:
+                given_back.append(stored.position)
+            elif stored.corrupt is not None:
+                await self._execute_status(
+                    self._outbox_sql.kill_unreadable, stored.position, relay_id, stored.corrupt
+                )
+                broken.add(thread_id)
+            else:
+                events.append(stored)
+        if given_back:
+            await self._execute_status(self._outbox_sql.release, given_back, relay_id)
+        return events
 
     async def storage_mark_delivered(self, relay_id: str, positions: list[int]) -> int:
         return await self._execute_status(self._outbox_sql.mark_delivered, positions)
@@ -223,7 +288,12 @@ class PostgresOutboxSource:
         return await self._execute_status(self._outbox_sql.prune, older_than)
 
     async def storage_outbox_stats(self) -> OutboxStats:
-        row = await self._fetchrow(self._outbox_sql.stats)
+        try:
+            row = await self._fetchrow(self._outbox_sql.stats)
+        except DurabilityError as exc:
+            if not str(exc.context.get("sqlstate", "")).startswith("22"):
+                raise
+            row = await self._fetchrow(self._outbox_sql.stats_tolerant)  # an unreadable row
         age = row["oldest_age"]
         return OutboxStats(
             pending=row["pending"],

@@ -9,16 +9,56 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ...contracts.checkpoint import KernelCheckpoint
+from ...contracts.errors import CheckpointCorruptError
 from ...contracts.events import StoredEvent
 from ...contracts.receipts import EffectReceipt, ReceiptStatus, ReconciliationRecord
 from ...contracts.turns import DurableTurnResult
-from .._documents import PRUNED_TURN, decode_model, decode_turn
+from .._documents import (
+    PRUNED_TURN,
+    decode_model,
+    decode_turn,
+    unreadable,
+    unreadable_receipt,
+)
 from ..engine import StoredTurn
 from ._inspect import lease_free
-from ._outbox import stored_event
+from ._outbox import EVENT_COLUMNS, stored_event
 from ._sql import Statements
 
-__all__ = ["PostgresReads"]
+__all__ = ["PostgresReads", "last_reconciliation", "listed_receipt"]
+
+_RECEIPT_COLUMNS = "thread_id, idempotency_key, id, status, updated_at, receipt"
+
+
+def listed_receipt(row: Any) -> EffectReceipt:
+    """A receipt for a listing; a corrupt one as a placeholder with its row's status, so one
+    bad row does not hide every other receipt."""
+    try:
+        return decode_model(
+            EffectReceipt, row["receipt"], what="receipt", thread_id=row["thread_id"]
+        )
+    except CheckpointCorruptError as exc:
+        return unreadable_receipt(
+            thread_id=row["thread_id"],
+            idempotency_key=row["idempotency_key"],
+            reason=unreadable(exc),
+            status=ReceiptStatus(row["status"]),
+            receipt_id=row["id"],
+            updated_at=row["updated_at"],
+        )
+
+
+async def last_reconciliation(
+    conn: Any, schema: str, thread_id: str, idempotency_key: str
+) -> ReconciliationRecord | None:
+    """The key's latest audit record (a correction must name the one it corrects)."""
+    text = await conn.fetchval(
+        f'SELECT record FROM "{schema}".reconciliations'
+        " WHERE thread_id = $1 AND idempotency_key = $2 ORDER BY position DESC LIMIT 1",
+        thread_id,
+        idempotency_key,
+    )
+    return None if text is None else decode_model(ReconciliationRecord, text, what="reconciliation")
 
 
 class PostgresReads:
@@ -89,14 +129,11 @@ class PostgresReads:
         args.append(limit)
         clause = f"WHERE {' AND '.join(where)}" if where else ""
         rows = await self._fetch(
-            f'SELECT thread_id, receipt FROM "{self.schema}".receipts {clause}'
+            f'SELECT {_RECEIPT_COLUMNS} FROM "{self.schema}".receipts {clause}'
             f" ORDER BY updated_at, id LIMIT ${len(args)}",
             *args,
         )
-        return [
-            decode_model(EffectReceipt, r["receipt"], what="receipt", thread_id=r["thread_id"])
-            for r in rows
-        ]
+        return [listed_receipt(r) for r in rows]
 
     async def _awaiting_operator(self, thread_id: str | None, limit: int) -> list[EffectReceipt]:
         s = f'"{self.schema}"'
@@ -108,20 +145,17 @@ class PostgresReads:
         # Two ordered, limited branches: the first keeps to the partial index on 'uncertain';
         # the second finds the prepared receipts whose turn is not running any more.
         rows = await self._fetch(
-            f"""SELECT thread_id, receipt FROM (
-                (SELECT r.thread_id, r.receipt, r.updated_at, r.id FROM {s}.receipts r
+            f"""SELECT {_RECEIPT_COLUMNS} FROM (
+                (SELECT {_RECEIPT_COLUMNS} FROM {s}.receipts r
                   WHERE r.status = 'uncertain'{only} ORDER BY r.updated_at, r.id LIMIT $1)
                 UNION ALL
-                (SELECT r.thread_id, r.receipt, r.updated_at, r.id FROM {s}.receipts r
+                (SELECT {_RECEIPT_COLUMNS} FROM {s}.receipts r
                   WHERE r.status = 'prepared'{only} AND {lease_free(s)}
                   ORDER BY r.updated_at, r.id LIMIT $1)
             ) AS u ORDER BY updated_at, id LIMIT $1""",
             *args,
         )
-        return [
-            decode_model(EffectReceipt, r["receipt"], what="receipt", thread_id=r["thread_id"])
-            for r in rows
-        ]
+        return [listed_receipt(r) for r in rows]
 
     async def storage_reconciliations(
         self, thread_id: str | None, idempotency_key: str | None
@@ -159,8 +193,7 @@ class PostgresReads:
             where.append(f"turn_id = ${len(args)}")
         args.append(limit)
         rows = await self._fetch(
-            "SELECT position, event, delivered_at, attempts, last_error, dead"
-            f' FROM "{self.schema}".outbox'
+            f'SELECT {EVENT_COLUMNS} FROM "{self.schema}".outbox'
             f" WHERE {' AND '.join(where)} ORDER BY position LIMIT ${len(args)}",
             *args,
         )

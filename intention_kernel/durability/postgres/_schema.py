@@ -91,6 +91,24 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX outbox_dead ON {s}.outbox (position) WHERE dead;
     CREATE INDEX outbox_delivered ON {s}.outbox (delivered_at) WHERE delivered_at IS NOT NULL;
     """,
+    # 3: parsers that return NULL instead of failing, so an operator query over every thread
+    # (listings, counts, outbox stats) reports a corrupt document instead of failing on it.
+    """
+    CREATE FUNCTION {s}.json_or_null(doc text) RETURNS json
+        LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+    BEGIN
+        RETURN doc::json;
+    EXCEPTION WHEN others THEN
+        RETURN NULL;
+    END $$;
+    CREATE FUNCTION {s}.timestamptz_or_null(value text) RETURNS timestamptz
+        LANGUAGE plpgsql STABLE PARALLEL SAFE AS $$
+    BEGIN
+        RETURN value::timestamptz;
+    EXCEPTION WHEN others THEN
+        RETURN NULL;
+    END $$;
+    """,
 )
 
 

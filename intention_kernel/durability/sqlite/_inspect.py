@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...contracts.inspect import LeaseInfo, PruneReport, SchemaInfo, StoreStatus, ThreadSummary
-from .._documents import PRUNED_TURN
+from .._documents import PRUNED_TURN, head_problem
 from ._errors import translate_errors
 from ._location import parse_location
 from ._schema import SCHEMA_VERSION, stored_version
@@ -31,9 +31,20 @@ if TYPE_CHECKING:
     from ._connection import Connection
     from ._lease import LockFiles
 
-__all__ = ["SQLiteInspection", "awaiting_operator", "lease_probe", "read_schema_info"]
+__all__ = [
+    "RECEIPT_COLUMNS",
+    "SQLiteInspection",
+    "awaiting_operator",
+    "lease_probe",
+    "read_schema_info",
+]
 
 _LIVE = ("uncertain", "prepared")
+RECEIPT_COLUMNS = (
+    "thread_id, idempotency_key, receipt_id, capability_id, status, updated_us,"
+    " CAST(document AS BLOB) FROM ik_receipts"
+)
+"""``SELECT`` these for ``_adapter._listed_receipt``."""
 
 
 def _pending(version: int) -> tuple[str, ...]:
@@ -112,31 +123,30 @@ def lease_probe(locks: LockFiles) -> Callable[[str], bool]:
 def _interrupted(
     conn: sqlite3.Connection, held: Callable[[str], bool], thread_id: str | None = None
 ) -> list[Any]:
-    """``(updated_us, receipt_id, thread_id, document)`` of the ``prepared`` receipts whose
-    thread's lock nobody holds, oldest update first (few: a prepared receipt is in flight or
-    was interrupted)."""
+    """``RECEIPT_COLUMNS`` rows of the ``prepared`` receipts whose thread's lock nobody
+    holds, oldest update first (few: a prepared receipt is in flight or was interrupted)."""
     clause, args = ("", ()) if thread_id is None else (" AND thread_id = ?", (thread_id,))
     rows = conn.execute(
-        "SELECT updated_us, receipt_id, thread_id, CAST(document AS BLOB) FROM ik_receipts"
-        f" WHERE status = 'prepared'{clause} ORDER BY updated_us, receipt_id",
+        f"SELECT {RECEIPT_COLUMNS} WHERE status = 'prepared'{clause}"
+        " ORDER BY updated_us, receipt_id",
         args,
     ).fetchall()
-    return [row for row in rows if not held(row[2])]
+    return [row for row in rows if not held(row[0])]
 
 
 def awaiting_operator(
     conn: sqlite3.Connection, held: Callable[[str], bool], *, thread_id: str | None, limit: int
-) -> list[tuple[str, Any]]:
-    """``(thread_id, document)`` of the receipts waiting for an operator, oldest update first:
+) -> list[tuple[Any, ...]]:
+    """``RECEIPT_COLUMNS`` rows of the receipts waiting for an operator, oldest update first:
     ``uncertain`` ones (through the status index) and interrupted ``prepared`` ones."""
     clause, args = ("", ()) if thread_id is None else (" AND thread_id = ?", (thread_id,))
     uncertain = conn.execute(
-        "SELECT updated_us, receipt_id, thread_id, CAST(document AS BLOB) FROM ik_receipts"
-        f" WHERE status = 'uncertain'{clause} ORDER BY updated_us, receipt_id LIMIT ?",
+        f"SELECT {RECEIPT_COLUMNS} WHERE status = 'uncertain'{clause}"
+        " ORDER BY updated_us, receipt_id LIMIT ?",
         (*args, limit),
     ).fetchall()
-    rows = sorted(uncertain + _interrupted(conn, held, thread_id), key=lambda r: (r[0], r[1]))
-    return [(row[2], row[3]) for row in rows[:limit]]
+    rows = sorted(uncertain + _interrupted(conn, held, thread_id), key=lambda r: (r[5], r[2]))
+    return rows[:limit]
 
 
 def _micros(moment: datetime) -> int:
@@ -193,6 +203,12 @@ class SQLiteInspection:
                     " UNION SELECT thread_id FROM ik_receipts)"
                 ),
                 turns=one(f"SELECT count(*) FROM ik_turns WHERE result != '{PRUNED_TURN}'"),
+                corrupt_threads=one(
+                    "SELECT count(*) FROM ik_heads AS h LEFT JOIN ik_turns AS t"
+                    " ON t.thread_id = h.thread_id AND t.turn_id = h.turn_id"
+                    f" WHERE t.result IS NULL OR NOT {_VALID}"
+                    f" OR {_FINGERPRINT_TYPE} IS NOT 'text'"
+                ),
                 uncertain_receipts=one(
                     "SELECT count(*) FROM ik_receipts WHERE status = 'uncertain'"
                 )
@@ -231,10 +247,12 @@ class SQLiteInspection:
 
         def run(conn: sqlite3.Connection) -> PruneReport:
             report = PruneReport(cutoff=older_than, dry_run=dry_run)
+            # A live receipt that cannot be read back keeps every turn of its thread.
             live = {
                 (thread, turn)
                 for thread, turn in conn.execute(
-                    "SELECT thread_id, json_extract(document, '$.turn_id') FROM ik_receipts"
+                    "SELECT thread_id, CASE WHEN json_valid(document)"
+                    " THEN json_extract(document, '$.turn_id') END FROM ik_receipts"
                     f" WHERE status IN {_LIVE}"
                 )
             }
@@ -246,7 +264,7 @@ class SQLiteInspection:
             ).fetchall():
                 if not _older(committed, older_than):
                     continue
-                if (thread, turn) in live:
+                if (thread, turn) in live or (thread, None) in live:
                     report.kept_turns += 1
                     continue
                 report.turns.append((thread, turn))
@@ -272,12 +290,21 @@ class SQLiteInspection:
         return await self._db.write(run)
 
 
+_VALID = "json_valid(t.result)"
+_FINGERPRINT_TYPE = (
+    f"CASE WHEN {_VALID} THEN json_type(t.result, '$.checkpoint.agent_fingerprint') END"
+)
+
+
 def _summary(
     conn: sqlite3.Connection, thread_id: str, held: Callable[[str], bool]
 ) -> ThreadSummary:
+    # ``json_extract`` fails on text that is not JSON: guarded, so one corrupt head is
+    # reported on its own thread instead of failing the listing.
     head = conn.execute(
-        "SELECT h.revision, h.turn_id,"
-        " json_extract(t.result, '$.checkpoint.agent_fingerprint') FROM ik_heads AS h"
+        f"SELECT h.revision, h.turn_id, CASE WHEN {_FINGERPRINT_TYPE} = 'text'"
+        " THEN json_extract(t.result, '$.checkpoint.agent_fingerprint') END,"
+        f" t.result IS NULL, coalesce({_VALID}, 0) FROM ik_heads AS h"
         " LEFT JOIN ik_turns AS t ON t.thread_id = h.thread_id AND t.turn_id = h.turn_id"
         " WHERE h.thread_id = ?",
         (thread_id,),
@@ -298,4 +325,7 @@ def _summary(
         turns=int(turns),
         last_commit_at=None if last is None else datetime.fromisoformat(last),
         uncertain_receipts=int(uncertain) + len(_interrupted(conn, held, thread_id)),
+        corrupt=None
+        if head is None
+        else head_problem(missing=bool(head[3]), valid=bool(head[4]), fingerprint=head[2]),
     )

@@ -8,6 +8,8 @@ are kept as integer microseconds.
 ``claim`` walks only undelivered rows, in position order, through the partial index
 ``ik_outbox_open``: delivered history (however long) costs nothing, and it stops as soon as the
 batch is full. A thread is held back by its first row that is claimed, backing off or dead.
+A chosen row that cannot be read back is dead-lettered in the same transaction (its reason in
+``last_error``) and holds back its own thread only; reads list it as a placeholder.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
+from ...contracts.errors import CheckpointCorruptError
 from ...contracts.events import KernelEvent, StoredEvent
 from ...contracts.outbox import OutboxStats
-from .._documents import decode_model
+from .._documents import decode_model, unreadable, unreadable_event
 from .._outbox_rules import Candidate, claimable, failed_attempt
 
 if TYPE_CHECKING:
@@ -28,7 +31,8 @@ if TYPE_CHECKING:
 __all__ = ["EVENT_COLUMNS", "SQLiteOutboxSource", "stored_event"]
 
 EVENT_COLUMNS = (
-    "position, CAST(document AS BLOB), delivered_at, attempts, last_error, dead FROM ik_outbox"
+    "position, CAST(document AS BLOB), delivered_at, attempts, last_error, dead,"
+    " thread_id, turn_id, event_id, sequence FROM ik_outbox"
 )
 """``SELECT`` these for ``stored_event``."""
 _EPOCH_US = datetime(1970, 1, 1, tzinfo=UTC)
@@ -43,15 +47,31 @@ def _moment(us: int | None) -> datetime | None:
 
 
 def stored_event(row: tuple[object, ...]) -> StoredEvent:
-    position, text, delivered, attempts, last_error, dead = row
+    """The row (``EVENT_COLUMNS``) as a ``StoredEvent``; an unreadable document as a
+    placeholder from the row's columns, with ``corrupt`` saying why."""
+    position, text, delivered, attempts, last_error, dead, thread, turn, event_id, sequence = row
     assert isinstance(position, int) and isinstance(text, bytes)
+    corrupt = None
+    try:
+        event = decode_model(KernelEvent, text, what="outbox event", position=position)
+    except CheckpointCorruptError as exc:
+        corrupt = unreadable(exc)
+        event = unreadable_event(
+            position=position,
+            thread_id=str(thread),
+            turn_id=str(turn),
+            sequence=int(str(sequence)),
+            reason=corrupt,
+            event_id=str(event_id),
+        )
     return StoredEvent(
-        event=decode_model(KernelEvent, text, what="outbox event", position=position),
+        event=event,
         position=position,
         delivered_at=None if delivered is None else datetime.fromisoformat(str(delivered)),
         attempts=int(str(attempts)),
         last_error=None if last_error is None else str(last_error),
         dead=bool(dead),
+        corrupt=corrupt,
     )
 
 
@@ -93,12 +113,27 @@ class SQLiteOutboxSource:
 
             chosen = claimable(candidates(), now=now, limit=limit)
             rows.close()
+            events: list[StoredEvent] = []
+            broken: set[str] = set()  # threads held back by an unreadable row of this batch
+            for stored in _read(conn, chosen):
+                thread_id = stored.event.thread_id
+                if thread_id in broken:
+                    continue
+                if stored.corrupt is not None:
+                    conn.execute(
+                        "UPDATE ik_outbox SET dead = 1, last_error = ?, next_attempt_at = NULL"
+                        " WHERE position = ?",
+                        (stored.corrupt, stored.position),
+                    )
+                    broken.add(thread_id)
+                    continue
+                events.append(stored)
             until = _us(now) + int(lease * 1_000_000)
             conn.executemany(
                 "UPDATE ik_outbox SET claimed_by = ?, claimed_until = ? WHERE position = ?",
-                [(relay_id, until, p) for p in chosen],
+                [(relay_id, until, e.position) for e in events],
             )
-            return _read(conn, chosen)
+            return events
 
         return await self._db.write(claim, what="outbox claim")
 
@@ -220,8 +255,15 @@ class SQLiteOutboxSource:
                 ).fetchone()
                 age = None
                 if oldest is not None:
-                    first = _read(conn, [oldest])[0].event.occurred_at
-                    age = max(0.0, (now - first).total_seconds())
+                    # The oldest readable one: an unreadable row is dead-lettered by a claim.
+                    open_rows = conn.execute(
+                        f"SELECT {EVENT_COLUMNS} WHERE delivered_at IS NULL AND dead = 0"
+                        " ORDER BY position"
+                    )
+                    readable = (e for e in map(stored_event, open_rows) if e.corrupt is None)
+                    first = next((e.event.occurred_at for e in readable), None)
+                    open_rows.close()
+                    age = None if first is None else max(0.0, (now - first).total_seconds())
             finally:
                 conn.execute("COMMIT")
             return OutboxStats(pending, claimed, dead, delivered, age, blocked_threads=blocked)

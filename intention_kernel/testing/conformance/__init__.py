@@ -34,6 +34,7 @@ from ._support import (
 from .cancellation import Cancellation
 from .interrupted import InterruptedReceipts
 from .misuse import Misuse
+from .poison import PoisonData
 from .public_face import PublicFace
 from .reconcile import Reconcile
 from .rule1_serialize import Rule1Serialize
@@ -69,6 +70,7 @@ class DurabilityConformance(
     InterruptedReceipts,
     Cancellation,
     Misuse,
+    PoisonData,
     PublicFace,
     Stateful,
 ):

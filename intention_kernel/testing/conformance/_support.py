@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+import pytest
 from pydantic import JsonValue
 
 from ...contracts.checkpoint import KernelCheckpoint, Message
@@ -65,6 +66,22 @@ class ConformanceHarness(ABC):
 
     async def _cleanup(self) -> None:  # noqa: B027 - optional hook
         """Drop this test's storage (optional)."""
+
+    # Optional: write raw rows as another writer (or a disk fault) could, so the poison-data
+    # tests can show that one unreadable row stays one thread's problem. Without them those
+    # tests are skipped.
+
+    async def corrupt_turn(self, thread_id: str, turn_id: str, text: str) -> None:
+        """Replace the stored result text of a committed turn with ``text``."""
+        pytest.skip(f"{type(self).__name__} cannot write raw rows")
+
+    async def corrupt_receipt(self, thread_id: str, idempotency_key: str, text: str) -> None:
+        """Replace the stored document of a receipt with ``text``."""
+        pytest.skip(f"{type(self).__name__} cannot write raw rows")
+
+    async def corrupt_event(self, position: int, text: str) -> None:
+        """Replace the stored document of the outbox event at ``position`` with ``text``."""
+        pytest.skip(f"{type(self).__name__} cannot write raw rows")
 
     stateful_examples: int = 40
     """How many random programs the stateful test runs against this adapter."""

@@ -23,6 +23,9 @@ BAD_IDS: list[Any] = [
     "nul\x00char",
     "tab\there",
     "\ud800",
+    "\u200b",
+    "t\u202ex",
+    "\u00a0",
 ]
 
 
@@ -87,8 +90,10 @@ class Misuse:
         store = await harness.open()
         cases: list[dict[str, Any]] = [
             {"outcome": "maybe", "note": "n", "actor": "a"},
-            {"outcome": "completed", "note": "  ", "actor": "a"},
-            {"outcome": "completed", "note": "n", "actor": ""},
+            {"outcome": "completed", "value": 1, "note": "  ", "actor": "a"},
+            {"outcome": "completed", "value": 1, "note": "n", "actor": ""},
+            {"outcome": "completed", "note": "n", "actor": "a"},
+            {"outcome": "completed", "value": 1, "note": "n", "actor": "a", "correct": "yes"},
             {"outcome": "not_applied", "value": 3, "note": "n", "actor": "a"},
             {"outcome": "completed", "value": float("nan"), "note": "n", "actor": "a"},
         ]

@@ -70,8 +70,10 @@ BAD_CALLS: dict[str, list[Call]] = {
     "reconcile": [
         lambda s: s.reconcile("t1", "k1", "maybe", note="n", actor="ops"),
         lambda s: s.reconcile("t1", "k1", "not_applied", value=1, note="n", actor="ops"),
-        lambda s: s.reconcile("t1", "k1", "completed", note=" ", actor="ops"),
-        lambda s: s.reconcile("t1", "k1", "completed", note="n", actor=""),
+        lambda s: s.reconcile("t1", "k1", "completed", value=1, note=" ", actor="ops"),
+        lambda s: s.reconcile("t1", "k1", "completed", value=1, note="n", actor=""),
+        lambda s: s.reconcile("t1", "k1", "completed", note="n", actor="ops"),
+        lambda s: s.reconcile("t1", "k1", "completed", value=2**64, note="n", actor="ops"),
         lambda s: s.reconcile("", "k1", "completed", note="n", actor="ops"),
     ],
     "reconciliations": [

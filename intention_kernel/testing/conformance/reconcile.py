@@ -84,7 +84,9 @@ class Reconcile:
             await store.reconcile("t1", "payments.charge:k1", "not_applied", note="n", actor="a")
         assert caught.value.code == ErrorCode.RECEIPT_NOT_UNCERTAIN
         with pytest.raises(EffectConflictError) as missing:
-            await store.reconcile("t1", "payments.charge:none", "completed", note="n", actor="a")
+            await store.reconcile(
+                "t1", "payments.charge:none", "completed", value=1, note="n", actor="a"
+            )
         assert missing.value.code == ErrorCode.RECEIPT_NOT_FOUND
         receipt = await store.get_receipt("t1", "payments.charge:k1")
         assert receipt is not None and receipt.status is ReceiptStatus.COMPLETED

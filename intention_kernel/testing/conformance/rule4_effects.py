@@ -261,12 +261,16 @@ class Rule4Effects:
 
             await scope.run_effect(effect("outer"), outer)
 
-        with pytest.raises(EffectUncertainError) as caught:
+        # A programming error, not an operator ticket: the outer receipt ends ``failed`` (its
+        # operation called nothing), never ``uncertain``, and the refusal itself is raised.
+        with pytest.raises(UsageError) as caught:
             await store.with_turn("t1", "turn-1", body)
-        nested = caught.value.__cause__
-        assert isinstance(nested, UsageError) and nested.code == ErrorCode.EFFECT_NESTED
+        assert caught.value.code == ErrorCode.EFFECT_NESTED
         assert provider.total() == 0
         assert await store.get_receipt("t1", "payments.charge:inner") is None
+        outer = await store.get_receipt("t1", "payments.charge:outer")
+        assert outer is not None and outer.status is ReceiptStatus.FAILED
+        assert await store.list_receipts(status=ReceiptStatus.UNCERTAIN) == []
 
     @conformance_test
     async def test_rule4_authority_carries_the_key_and_receipt_id(
