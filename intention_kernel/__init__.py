@@ -50,7 +50,7 @@ from .contracts import (
     TurnTimeoutError,
     UsageError,
 )
-from .contracts.gateway import ModelGateway, ModelRequest, ModelResponse
+from .contracts.gateway import ModelGateway, ModelRefusal, ModelRequest, ModelResponse
 from .contracts.sinks import EventSink
 from .kernel import (
     AgentDefinition,
@@ -60,11 +60,13 @@ from .kernel import (
     Completed,
     ConfirmationMode,
     EffectKind,
+    FactType,
     Failed,
     Guidance,
     HoldReason,
     Kernel,
     KernelLimits,
+    ModelVisibility,
     NeedsConfirmation,
     NeedsDependency,
     NeedsInput,
@@ -74,6 +76,7 @@ from .kernel import (
     TurnResult,
     define_agent,
     define_capability,
+    define_fact,
 )
 
 __all__ = [
@@ -110,6 +113,7 @@ __all__ = [
     "EventSink",
     "Evidence",
     "FactRecord",
+    "FactType",
     "Failed",
     "Guidance",
     "HoldReason",
@@ -127,8 +131,10 @@ __all__ = [
     "Message",
     "ModelGateway",
     "ModelGatewayError",
+    "ModelRefusal",
     "ModelRequest",
     "ModelResponse",
+    "ModelVisibility",
     "NeedsConfirmation",
     "NeedsDependency",
     "NeedsInput",
@@ -150,4 +156,5 @@ __all__ = [
     "__version__",
     "define_agent",
     "define_capability",
+    "define_fact",
 ]

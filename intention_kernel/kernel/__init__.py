@@ -1,7 +1,7 @@
 """The agent kernel: capabilities, compile, and the durable turn pipeline.
 
 Talks to storage only through the ``Durability``/``TurnScope`` protocols and to models only
-through the ``ModelGateway`` protocol.
+through the ``ModelGateway`` protocol (model strings are resolved by ``intention_kernel.models``).
 """
 
 from .agent import AgentDefinition, define_agent
@@ -15,7 +15,7 @@ from .keys import provider_idempotency_key
 from .limits import KernelLimits
 from .manifest import build_manifest, manifest_fingerprint
 from .policies import Policy, PolicyDecision, PolicyRequest, allow, deny, require_confirmation
-from .response import Response, StepSummary, TurnResult
+from .response import Response, StepSummary, TurnResult, TurnUsage
 from .results import (
     CapabilityResult,
     Completed,
@@ -26,7 +26,16 @@ from .results import (
     ProducedFact,
 )
 from .runtime import CompiledAgent, request_fingerprint
-from .states import Confirmation, ConfirmationMode, Effect, EffectKind, HoldReason, StepStatus
+from .states import (
+    Confirmation,
+    ConfirmationMode,
+    Effect,
+    EffectKind,
+    HoldReason,
+    ModelVisibility,
+    StepStatus,
+)
+from .visibility import FactType, define_fact
 
 __all__ = [
     "AgentDefinition",
@@ -42,12 +51,14 @@ __all__ = [
     "ConfirmationMode",
     "Effect",
     "EffectKind",
+    "FactType",
     "Failed",
     "Guidance",
     "HoldReason",
     "Kernel",
     "KernelLimits",
     "Migration",
+    "ModelVisibility",
     "NeedsConfirmation",
     "NeedsDependency",
     "NeedsInput",
@@ -62,10 +73,12 @@ __all__ = [
     "StepSummary",
     "TurnInfo",
     "TurnResult",
+    "TurnUsage",
     "allow",
     "build_manifest",
     "define_agent",
     "define_capability",
+    "define_fact",
     "deny",
     "manifest_fingerprint",
     "operation_digest",

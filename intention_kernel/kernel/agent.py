@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .capability import Capability
 from .policies import Policy
+from .routing import ModelChoice
+from .visibility import FactType
 
 __all__ = ["AgentDefinition", "define_agent"]
 
@@ -14,7 +16,11 @@ __all__ = ["AgentDefinition", "define_agent"]
 @dataclass(frozen=True, slots=True)
 class AgentDefinition:
     """A named, versioned set of capabilities with instructions and policies; inert data
-    until ``kernel.compile`` judges it."""
+    until ``kernel.compile`` judges it.
+
+    ``models`` holds the per-task models as ``(task, model)`` pairs sorted by task
+    (``dict(agent.models)`` reads them back); ``facts`` what a model may see of each fact type.
+    """
 
     id: str
     version: str
@@ -23,6 +29,8 @@ class AgentDefinition:
     instructions: str = ""
     model: str | None = None
     policies: tuple[Policy, ...] = ()
+    models: tuple[tuple[str, ModelChoice], ...] = ()
+    facts: tuple[FactType, ...] = ()
 
 
 def define_agent(
@@ -34,8 +42,17 @@ def define_agent(
     instructions: str = "",
     model: str | None = None,
     policies: Sequence[Policy] = (),
+    models: Mapping[str, ModelChoice] | None = None,
+    facts: Sequence[FactType] = (),
 ) -> AgentDefinition:
-    """Record an agent; ``kernel.compile(agent)`` validates it."""
+    """Record an agent; ``kernel.compile(agent)`` validates it.
+
+    ``model`` is passed to the kernel's gateway as the model to ask. ``models`` picks a model per
+    task: ``{"interpret": ..., "compose": ..., "default": ...}``, each a ``ModelGateway`` or a
+    model string (``"anthropic:claude-sonnet-4-5"``); the choices are part of the fingerprint.
+    ``facts`` declares what a model may see of fact types (``define_fact``).
+    """
+    chosen = sorted((models or {}).items(), key=lambda item: str(item[0]))
     return AgentDefinition(
         id=id,
         version=version,
@@ -44,4 +61,6 @@ def define_agent(
         instructions=instructions,
         model=model,
         policies=tuple(policies),
+        models=tuple(chosen),
+        facts=tuple(facts),
     )

@@ -3,12 +3,17 @@
 Why list every problem at once: fixing a definition one error per run is slow and hides
 related mistakes (a renamed fact breaks several capabilities). ``AgentCompilationError``
 carries them all in ``context["problems"]``, each ``{"code", "where", "message"}``.
+
+With the kernel's model routes, compile also refuses a capability whose input schema a chosen
+provider cannot express: the gateways that answer ``interpret`` and ``repair`` (the tasks whose
+answers carry capability inputs) and have a ``dialect`` must express every input schema
+(``intention_kernel.models.check_schema``), and every task must have a model.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pydantic import BaseModel
@@ -19,7 +24,9 @@ from .agent import AgentDefinition
 from .capability import Capability, Guidance
 from .facts import parse_fact_ref
 from .manifest import build_manifest, manifest_fingerprint
-from .states import ConfirmationMode, EffectKind
+from .routing import MODEL_KEYS, TASKS, ModelRoute, is_gateway
+from .states import ConfirmationMode, EffectKind, ModelVisibility
+from .visibility import FactType
 
 __all__ = ["check_agent", "compile_manifest"]
 
@@ -33,6 +40,9 @@ _CAPABILITY_ID = re.compile(r"^[a-z][a-z0-9_\-]*(?:\.[a-z0-9_\-]+)*$")
 _EFFECTS = tuple(EffectKind)
 _CONFIRMATIONS = tuple(ConfirmationMode)
 _ASKS_CONSENT = (ConfirmationMode.REQUIRED, ConfirmationMode.CAPABILITY)
+_VISIBILITIES = tuple(ModelVisibility)
+_CARRY_INPUTS = ("interpret", "repair")
+"""The tasks whose answers carry capability inputs, so their providers must express them."""
 
 
 class _Problems:
@@ -110,8 +120,99 @@ def _check_capability(problems: _Problems, cap: Capability, where: str) -> None:
         problems.add("invalid_guidance", where, "guidance must be a Guidance")
 
 
-def check_agent(agent: object) -> list[dict[str, str]]:
-    """Every problem of ``agent``, in definition order; empty when it compiles."""
+def _check_models(problems: _Problems, models: object) -> None:
+    if not isinstance(models, tuple):
+        problems.add("invalid_models", "models", "models must come from define_agent(models=...)")
+        return
+    for pair in models:
+        if not isinstance(pair, tuple) or len(pair) != 2:
+            problems.add(
+                "invalid_models", "models", "models must come from define_agent(models=...)"
+            )
+            continue
+        task, choice = pair
+        where = f"models[{task!r}]"
+        if task not in MODEL_KEYS:
+            problems.add("unknown_model_task", where, f"a model task is one of {list(MODEL_KEYS)}")
+        if isinstance(choice, str):
+            prefix, sep, name = choice.partition(":")
+            if not (sep and prefix.strip() and name.strip()):
+                problems.add(
+                    "invalid_model", where, "a model string is provider:model (openai:gpt-4.1)"
+                )
+        elif not is_gateway(choice):
+            problems.add("invalid_model", where, "a model is a ModelGateway or a model string")
+
+
+def _check_fact_types(problems: _Problems, types: object, provided: Mapping[str, set[str]]) -> None:
+    if not isinstance(types, tuple):
+        problems.add("invalid_fact_type", "facts", "facts must come from define_agent(facts=...)")
+        return
+    seen: set[str] = set()
+    for index, declared in enumerate(types):
+        if not isinstance(declared, FactType):
+            problems.add("invalid_fact_type", f"facts[{index}]", "expected define_fact()")
+            continue
+        where = f"fact {declared.ref!r}"
+        if parse_fact_ref(declared.ref) is None:
+            problems.add("invalid_fact_ref", where, f"{declared.ref!r} is not 'name@version'")
+        elif declared.ref not in provided:
+            problems.add("unknown_fact_type", where, "no capability provides this fact type")
+        if declared.ref in seen:
+            problems.add("duplicate_fact_type", where, "a fact type is declared once")
+        seen.add(str(declared.ref))
+        if declared.visibility not in _VISIBILITIES:
+            problems.add("invalid_visibility", where, "visibility must be full, presence or hidden")
+        for path in declared.redact:
+            if not isinstance(path, str) or not all(p.strip() for p in path.split(".")):
+                problems.add(
+                    "invalid_redaction", where, f"{path!r} is not a dotted path like 'card.number'"
+                )
+
+
+def _check_routes(
+    problems: _Problems, caps: list[Capability], routes: Mapping[str, ModelRoute | None]
+) -> None:
+    for task in TASKS:
+        if routes.get(task) is None:
+            problems.add(
+                "no_model",
+                f"models[{task!r}]",
+                "no model answers this task: pass Kernel(model=...) or models={'default': ...}",
+            )
+    checked: set[int] = set()
+    for task in _CARRY_INPUTS:
+        route = routes.get(task)
+        dialect = getattr(route.gateway, "dialect", None) if route is not None else None
+        if route is None or not isinstance(dialect, str) or id(route.gateway) in checked:
+            continue
+        checked.add(id(route.gateway))
+        from ..models.schemas import check_schema
+
+        for cap in caps:
+            if not _is_model(cap.input_schema):
+                continue  # reported as invalid_schema
+            try:
+                schema = cap.input_schema.model_json_schema()
+            except Exception:  # reported as invalid_schema
+                continue
+            for line in check_schema(dialect, schema):  # type: ignore[arg-type]
+                problems.add(
+                    "schema_not_expressible",
+                    f"capability {cap.id!r}",
+                    f"the input schema cannot be expressed for {route.label} "
+                    f"({dialect} dialect): {line}",
+                )
+
+
+def check_agent(
+    agent: object, *, routes: Mapping[str, ModelRoute | None] | None = None
+) -> list[dict[str, str]]:
+    """Every problem of ``agent``, in definition order; empty when it compiles.
+
+    ``routes`` (the model of each task, when a kernel compiles) adds the model problems: a task
+    without a model, or a capability input schema a chosen provider cannot express.
+    """
     problems = _Problems()
     if not isinstance(agent, AgentDefinition):
         problems.add("invalid_agent", "agent", "expected the result of define_agent()")
@@ -151,12 +252,19 @@ def check_agent(agent: object) -> list[dict[str, str]]:
                     f"capability {cap.id!r}",
                     f"requires {ref!r} but no other capability provides it",
                 )
+    _check_models(problems, agent.models)
+    _check_fact_types(problems, agent.facts, provided)
+    if routes is not None:
+        _check_routes(problems, valid, routes)
     return problems.items
 
 
-def compile_manifest(agent: AgentDefinition) -> tuple[dict[str, Any], str]:
-    """Validate ``agent`` and return its manifest and fingerprint."""
-    problems = check_agent(agent)
+def compile_manifest(
+    agent: AgentDefinition, *, routes: Mapping[str, ModelRoute | None] | None = None
+) -> tuple[dict[str, Any], str]:
+    """Validate ``agent`` (with the kernel's model ``routes``, when given) and return its
+    manifest and fingerprint."""
+    problems = check_agent(agent, routes=routes)
     if problems:
         raise AgentCompilationError(
             f"the agent definition has {len(problems)} problem(s)",

@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import JsonValue
 
+from ..contracts import codec
 from ..contracts.checkpoint import FactRecord
 from ..contracts.durability import TurnScope
 from ..contracts.errors import (
@@ -36,11 +37,14 @@ from .approval import Approval, ConfirmationAnswer
 from .events import EventRecorder
 from .facts import parse_fact_ref
 from .keys import provider_idempotency_key
+from .limits import stored_within
 from .states import Confirmation, ConfirmationMode, Effect, EffectKind
 
 __all__ = ["CapabilityContext", "StepEvents", "TurnInfo", "uncertain_copy"]
 
 UNKNOWN_OUTCOME = "the outcome is not known"
+EVENT_DATA = stored_within(1)
+"""An event's data is stored one level inside its event."""
 
 
 def uncertain_copy(receipt: EffectReceipt) -> EffectReceipt:
@@ -89,6 +93,16 @@ class StepEvents:
         *,
         category: EventCategory = EventCategory.TRACE,
     ) -> KernelEvent:
+        """Record one event of this step.
+
+        ``type`` and ``data`` are checked here, by the store's codec rule, so a capability gets
+        the ``SerializationError`` (with the ``path`` of the offending value) where it emits,
+        and the event holds exactly what the outbox will hold.
+        """
+        name = str(type)[:120]
+        codec.check(type, what="event type")
+        if data is not None:
+            data = codec.round_trip(data, limits=EVENT_DATA, what=f"data of event {name!r}")
         return self._recorder.emit(
             type, data, cause=self._cause, step_id=self._step_id, category=category
         )
@@ -218,7 +232,11 @@ class CapabilityContext:
         identity = EffectIdentity(f"{self.capability_id}:{key}", self.capability_id, self.step_id)
         ledger_key = identity.idempotency_key
         try:
-            execution = await self._scope.run_effect(identity, operation)
+            # The step's validated input (its start event's) is the request: the ledger refuses
+            # the same key for another input (EFFECT_REQUEST_MISMATCH), never replaying it.
+            started = self.events._cause if isinstance(self.events, StepEvents) else None
+            request = {} if started is None else {"request": started.data.get("input")}
+            execution = await self._scope.run_effect(identity, operation, **request)
         except EffectUncertainError as exc:
             if exc.receipt is None:
                 # No receipt in hand (an adapter that does not attach it): the kernel reads

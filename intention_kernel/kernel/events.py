@@ -25,6 +25,10 @@ Redactor = Callable[[KernelEvent], KernelEvent]
 _FIELDS = frozenset(KernelEvent.model_fields)
 
 
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
 def _validated(fields: dict[str, Any]) -> KernelEvent:
     return KernelEvent(**fields)
 
@@ -79,18 +83,24 @@ build_event: Callable[[dict[str, Any]], KernelEvent] = (
 
 
 class EventRecorder:
-    __slots__ = ("_events", "_redact", "thread_id", "trace_id", "turn_id")
+    __slots__ = ("_clock", "_events", "_redact", "thread_id", "trace_id", "turn_id")
 
     # Event ids are the trace id (time-ordered, 64 random bits, unique per attempt) plus the
     # sequence: unique across turns and attempts without drawing randomness per event.
 
     def __init__(
-        self, thread_id: str, turn_id: str, trace_id: str, redact: Redactor | None
+        self,
+        thread_id: str,
+        turn_id: str,
+        trace_id: str,
+        redact: Redactor | None,
+        clock: Callable[[], datetime] | None = None,
     ) -> None:
         self.thread_id = thread_id
         self.turn_id = turn_id
         self.trace_id = trace_id
         self._redact = redact
+        self._clock = clock or _now
         self._events: list[KernelEvent] = []
 
     def emit(
@@ -118,7 +128,7 @@ class EventRecorder:
                 "id": f"evt_{self.trace_id}.{sequence}",
                 "type": type,
                 "version": 1,
-                "occurred_at": datetime.now(UTC),
+                "occurred_at": self._clock(),
                 "thread_id": self.thread_id,
                 "turn_id": self.turn_id,
                 "step_id": step_id,

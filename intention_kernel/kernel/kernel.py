@@ -1,4 +1,4 @@
-"""``Kernel``: the host's wiring (durability, model gateway, ports, limits, redactor, sinks).
+"""``Kernel``: the host's wiring (durability, models, ports, limits, redactor, sinks, clock, ids).
 
 ``kernel.compile(agent)`` validates the definition, fingerprints its manifest and returns a
 ``CompiledAgent`` that runs turns with this wiring.
@@ -6,15 +6,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
-
-from pydantic import JsonValue
 
 from ..contracts.durability import Durability
 from ..contracts.errors import ConfigurationError
 from ..contracts.gateway import ModelGateway
+from ..contracts.ids import new_id
 from ..contracts.sinks import EventSink
 from .agent import AgentDefinition
 from .compat import Compatibility, Migration
@@ -22,53 +22,54 @@ from .compile import compile_manifest
 from .events import Redactor
 from .limits import KernelLimits
 from .pipeline import AgentRuntime
-from .pipeline.state import Composition, Interpretation
+from .pipeline.state import Composition
+from .prompts import Catalog
+from .routing import ModelRoute, is_gateway, routes_for
 from .runtime import CompiledAgent
+from .visibility import FactView
 
-__all__ = ["Kernel"]
+__all__ = ["Clock", "IdFactory", "Kernel"]
+
+Clock = Callable[[], datetime]
+"""The kernel's clock: returns the current time, timezone-aware."""
+IdFactory = Callable[[str], str]
+"""The kernel's id generator: a prefix (``trace``, ``ev``, ``exec``) to a new unique id."""
 
 
-def _catalog(agent: AgentDefinition) -> list[JsonValue]:
-    """What the interpreting model is told about each capability."""
-    return [
-        {
-            "id": c.id,
-            "version": c.version,
-            "description": c.description,
-            "effect": str(c.effect),
-            "input_schema": c.input_schema.model_json_schema(),
-            "output_schema": c.output_schema.model_json_schema(),
-            "requires": list(c.requires),
-            "provides": list(c.provides),
-            "guidance": c.guidance.to_json(),
-        }
-        for c in agent.capabilities
-    ]
+def _now() -> datetime:
+    return datetime.now(UTC)
 
 
 class Kernel:
-    """The host's wiring: one durability adapter, one model gateway, the ports capabilities
-    may use, limits, an event redactor and in-process event sinks.
+    """The host's wiring: one durability adapter, a model (a gateway or a model string), the
+    ports capabilities may use, limits, an event redactor, in-process event sinks, and the clock
+    and id generator the kernel records with.
 
     Construction checks the wiring at once (``ConfigurationError`` lists every problem);
     ``compile(agent)`` then binds an agent definition to it. One kernel serves many agents.
+    ``model`` may be left out when every agent names its models (``define_agent(models=...)``).
+    ``clock`` (``() -> datetime``) and ``ids`` (``prefix -> id``) default to the wall clock
+    and ``new_id``; fixed ones make a recorded conversation replay to the byte.
     """
 
     def __init__(
         self,
         *,
         durability: Durability,
-        model: ModelGateway,
+        model: ModelGateway | str | None = None,
         ports: Mapping[str, Any] | None = None,
         limits: KernelLimits | None = None,
         redact: Redactor | None = None,
         sinks: Sequence[EventSink] = (),
+        clock: Clock | None = None,
+        ids: IdFactory | None = None,
     ) -> None:
         problems = []
         if not callable(getattr(durability, "with_turn", None)):
             problems.append("durability must implement Durability.with_turn")
-        if not callable(getattr(model, "complete", None)):
-            problems.append("model must implement ModelGateway.complete")
+        named = isinstance(model, str) and bool(model.strip())
+        if model is not None and not named and not is_gateway(model):
+            problems.append("model must implement ModelGateway.complete or be a model string")
         if ports is not None and not isinstance(ports, Mapping):
             problems.append("ports must be a mapping")
         if limits is not None and not isinstance(limits, KernelLimits):
@@ -77,14 +78,33 @@ class Kernel:
             problems.append("redact must be callable")
         if any(not callable(getattr(s, "publish", None)) for s in sinks):
             problems.append("every sink must implement EventSink.publish")
+        if clock is not None and not callable(clock):
+            problems.append("clock must be callable")
+        if ids is not None and not callable(ids):
+            problems.append("ids must be callable")
         if problems:
             raise ConfigurationError("invalid kernel configuration", context={"problems": problems})
+        self._resolved: dict[str, ModelGateway] = {}
         self.durability = durability
-        self.model = model
+        self.model: ModelGateway | None = self._resolve(model) if isinstance(model, str) else model
+        self.model_name = model if isinstance(model, str) else None
+        """The model string the kernel's model was built from, if it was given as one."""
         self.ports: Mapping[str, Any] = MappingProxyType(dict(ports or {}))
         self.limits = limits or KernelLimits()
         self.redact = redact
         self.sinks = tuple(sinks)
+        self.clock: Clock = clock or _now
+        self.ids: IdFactory = ids or new_id
+
+    def _resolve(self, model: str) -> ModelGateway:
+        """One gateway per model string for this kernel (a ``ConfigurationError`` says what to
+        install or set). Imported here so the kernel needs no provider SDK until one is named."""
+        gateway = self._resolved.get(model)
+        if gateway is None:
+            from ..models.resolve import resolve_model
+
+            gateway = self._resolved[model] = resolve_model(model)
+        return gateway
 
     def compile(
         self,
@@ -95,21 +115,34 @@ class Kernel:
     ) -> CompiledAgent:
         """Validate ``agent`` (``AgentCompilationError`` lists every problem) and bind it.
 
-        ``compatible_with`` names fingerprints of earlier definitions whose checkpoints this
+        Model strings in ``models`` are resolved here (``ConfigurationError`` when one cannot
+        be). ``compatible_with`` names fingerprints of earlier definitions whose checkpoints this
         agent may continue as they are; ``migrations`` maps such a fingerprint to a function
         that rewrites the checkpoint first. Any other stored fingerprint is refused.
         """
-        manifest, fingerprint = compile_manifest(agent)
+        routes: dict[str, ModelRoute | None] | None = None
+        if isinstance(agent, AgentDefinition) and isinstance(agent.models, tuple):
+            pairs = [p for p in agent.models if isinstance(p, tuple) and len(p) == 2]
+            models = {str(task): choice for task, choice in pairs}
+            agent_model = agent.model if isinstance(agent.model, str) else None
+            routes = routes_for(models, self.model, agent_model or self.model_name, self._resolve)
+        manifest, fingerprint = compile_manifest(agent, routes=routes)
+        assert routes is not None  # a valid agent has them, all set
+        catalog = Catalog(agent.capabilities)
+        composition_schema = Composition.model_json_schema()
+        catalog.remember(composition_schema)
         runtime = AgentRuntime(
             definition=agent,
             fingerprint=fingerprint,
             capabilities=MappingProxyType({c.id: c for c in agent.capabilities}),
-            catalog=_catalog(agent),
-            gateway=self.model,
+            catalog=catalog,
+            routes=MappingProxyType({k: v for k, v in routes.items() if v is not None}),
             ports=self.ports,
             limits=self.limits,
-            interpretation_schema=Interpretation.model_json_schema(),
-            composition_schema=Composition.model_json_schema(),
+            composition_schema=composition_schema,
+            facts=FactView(agent.facts),
+            clock=self.clock,
+            ids=self.ids,
         )
         compat = Compatibility(
             fingerprint=fingerprint,

@@ -6,6 +6,10 @@ canonical JSON (sorted keys, no whitespace), so it is the same in every process 
 version for the same definition, and any contract change yields a new one. Descriptions,
 guidance and the ``execute`` functions are deliberately left out: rewording a description is not
 a contract change, and function objects have no stable identity.
+
+The per-task models (``define_agent(models=...)``) are part of it, by name (``model_label``), and
+only when given: a thread continued by another model is a change the host must declare, while an
+agent without per-task models keeps the fingerprint it had before they existed.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from typing import Any
 from ..contracts.codec import fingerprint
 from .agent import AgentDefinition
 from .capability import Capability
+from .routing import model_label
 
 __all__ = ["MANIFEST_VERSION", "build_manifest", "manifest_fingerprint"]
 
@@ -37,13 +42,16 @@ def _capability_entry(cap: Capability) -> dict[str, Any]:
 
 def build_manifest(agent: AgentDefinition) -> dict[str, Any]:
     """The contract of a (valid) agent as plain JSON."""
-    return {
+    manifest: dict[str, Any] = {
         "manifest_version": MANIFEST_VERSION,
         "agent": {"id": agent.id, "version": agent.version},
         "capabilities": sorted(
             (_capability_entry(c) for c in agent.capabilities), key=lambda e: str(e["id"])
         ),
     }
+    if agent.models:
+        manifest["models"] = {task: model_label(choice) for task, choice in agent.models}
+    return manifest
 
 
 def manifest_fingerprint(manifest: dict[str, Any]) -> str:

@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
 
 from ..contracts.checkpoint import Evidence, Interaction, KernelCheckpoint
 from .states import StepStatus
 
-__all__ = ["Response", "StepSummary", "TurnResult"]
+__all__ = ["Response", "StepSummary", "TurnResult", "TurnUsage"]
 
 
 class StepSummary(BaseModel):
@@ -18,7 +25,9 @@ class StepSummary(BaseModel):
     ``skipped``, ``uncertain`` (a write's outcome is unknown: being verified), ``applied`` (a
     write went through, but the step did not finish: no output; asking again replays it),
     ``needs_input``, ``needs_confirmation``, ``needs_dependency``; held steps
-    ``awaiting_confirmation`` or ``waiting_for_fact``. Stored responses keep the plain string."""
+    ``awaiting_confirmation`` or ``waiting_for_fact``. Stored responses keep the plain string.
+    ``artifacts`` are what a completed step returned for the host (``Completed.artifacts``);
+    the model never sees them."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -26,6 +35,15 @@ class StepSummary(BaseModel):
     capability_id: str
     status: StepStatus
     reason: str | None = None
+    artifacts: dict[str, JsonValue] = Field(default_factory=dict)
+
+    @model_serializer(mode="wrap")
+    def _without_empty_artifacts(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """A step without artifacts is stored exactly as before artifacts existed."""
+        data = handler(self)
+        if not self.artifacts and isinstance(data, dict):
+            data.pop("artifacts", None)
+        return data
 
 
 class Response(BaseModel):
@@ -43,11 +61,25 @@ class Response(BaseModel):
 
 
 @dataclass(frozen=True, slots=True)
+class TurnUsage:
+    """What one ``run`` cost in model calls and tokens, as the providers reported them.
+
+    Counts every model call the run made, also those of an attempt that did not commit (the
+    tokens were spent). A replayed turn makes no model call: all zero.
+    """
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    model_calls: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class TurnResult:
     """What ``CompiledAgent.run`` returns: the answer, the committed checkpoint and the ids.
 
     ``replayed`` is true when the turn had already committed and its stored answer was
-    returned without running anything (a retried delivery of the same turn id).
+    returned without running anything (a retried delivery of the same turn id). ``usage`` is
+    what this run cost in model tokens.
     """
 
     response: Response
@@ -56,3 +88,4 @@ class TurnResult:
     turn_id: str
     trace_id: str
     replayed: bool
+    usage: TurnUsage = TurnUsage()

@@ -1,6 +1,7 @@
 """``CompiledAgent.run``: one turn inside ``durability.with_turn``.
 
-Order: validate the request (typed errors, nothing written); enter the durable boundary with a
+Order: validate the request, including what the turn will record from it (typed errors, no
+model call, nothing written); enter the durable boundary with a
 request fingerprint; a committed turn returns at once (no model or capability call); the loaded
 checkpoint must be compatible; then the pipeline runs and commits. Events reach the host's sinks
 only after the turn ends, redacted.
@@ -20,13 +21,14 @@ from pydantic import JsonValue
 from ..contracts.durability import Durability, TurnScope
 from ..contracts.errors import TurnTimeoutError
 from ..contracts.events import EventCategory, KernelEvent
-from ..contracts.ids import new_id, validate_thread_id, validate_turn_id
+from ..contracts.ids import validate_thread_id, validate_turn_id
 from ..contracts.sinks import EventSink, OutcomeKind
 from ..contracts.turns import DurableTurnResult
 from .compat import Compatibility, admit_checkpoint
 from .context import TurnInfo
 from .events import EventRecorder, Redactor
 from .pipeline import AgentRuntime, TurnState, run_pipeline
+from .pipeline.state import Meter
 from .response import Response, TurnResult
 from .validation import validate_host_context, validate_selection, validate_text, validate_timeout
 
@@ -100,11 +102,12 @@ class CompiledAgent:
         seconds = validate_timeout(timeout)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + (seconds if seconds is not None else 86_400.0)
-        trace_id = new_id("trace")
-        recorder = EventRecorder(thread_id, turn_id, trace_id, self._redact)
+        trace_id = self._runtime.ids("trace")
+        recorder = EventRecorder(thread_id, turn_id, trace_id, self._redact, self._runtime.clock)
         turn = TurnInfo(thread_id, turn_id, trace_id, text, chosen)
         released: list[KernelEvent] = []
         composed: list[Response] = []
+        meter = Meter()
 
         async def operation(scope: TurnScope) -> tuple[DurableTurnResult, bool]:
             prior = scope.prior_result
@@ -122,6 +125,7 @@ class CompiledAgent:
                 checkpoint=checkpoint,
                 deadline=deadline,
                 facts={} if checkpoint is None else {f.id: f for f in checkpoint.facts},
+                meter=meter,
             )
             state.start_event = recorder.emit(
                 "turn.started",
@@ -161,6 +165,7 @@ class CompiledAgent:
             turn_id=stored.turn_id,
             trace_id=stored.trace_id,
             replayed=replayed,
+            usage=meter.usage(),
         )
 
     async def _publish(self, events: list[KernelEvent]) -> None:

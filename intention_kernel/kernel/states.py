@@ -12,7 +12,15 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Literal
 
-__all__ = ["Confirmation", "ConfirmationMode", "Effect", "EffectKind", "HoldReason", "StepStatus"]
+__all__ = [
+    "Confirmation",
+    "ConfirmationMode",
+    "Effect",
+    "EffectKind",
+    "HoldReason",
+    "ModelVisibility",
+    "StepStatus",
+]
 
 
 class StepStatus(StrEnum):
@@ -69,6 +77,17 @@ class ConfirmationMode(StrEnum):
     """The kernel: the step is held and runs only in a later turn that accepts it."""
     CAPABILITY = "capability"
     """The capability itself, by returning ``NeedsConfirmation``."""
+
+
+class ModelVisibility(StrEnum):
+    """What the model may see of a fact type (``define_fact``); capabilities always see all."""
+
+    FULL = "full"
+    """The value, with the fact type's redacted paths replaced."""
+    PRESENCE = "presence"
+    """That the fact exists (id, type, revision), never its value."""
+    HIDDEN = "hidden"
+    """Nothing: the fact is left out of what the model is shown."""
 
 
 Effect = EffectKind | Literal["none", "read", "write"]

@@ -72,11 +72,27 @@ def validate_selection(selection: Any, limits: KernelLimits) -> dict[str, JsonVa
     return stored
 
 
+ACTOR_LIMITS = JsonLimits(max_bytes=1024, max_depth=1)
+"""An actor (text) is copied into every approval record the checkpoint keeps: it must be short."""
+
+
 def validate_host_context(host_context: Any) -> Mapping[str, Any]:
+    """The host's own values pass through unchecked; what the kernel records from them (the
+    ``actor``, when it is text) must be storable, so a turn never fails at commit after a write.
+    """
     if host_context is None:
         return {}
     if not isinstance(host_context, Mapping):
         raise InvalidInputError("host_context must be a mapping", context={"field": "host_context"})
+    actor = host_context.get("actor")
+    if isinstance(actor, str):
+        try:
+            codec.encode(actor, limits=ACTOR_LIMITS, what="host_context.actor")
+        except KernelError as exc:
+            raise InvalidInputError(
+                "host_context.actor cannot be recorded",
+                context={"field": "host_context.actor", "reason": str(exc.code)},
+            ) from exc
     return host_context
 
 

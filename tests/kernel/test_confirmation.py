@@ -5,12 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
 
 from intention_kernel.contracts import DurabilityStore, ErrorCode, InvalidInputError, UsageError
 from intention_kernel.kernel import (
     CapabilityContext,
-    Completed,
     Kernel,
     NeedsConfirmation,
     define_capability,
@@ -18,7 +16,7 @@ from intention_kernel.kernel import (
 from intention_kernel.kernel.approval import operation_digest
 
 from .support import FaqAnswer
-from .writes import CHARGE_42, Charge, Payments, accept, payments_world
+from .writes import CHARGE_42, PAY_ORDER, Charge, Payments, accept, payments_world
 
 
 async def test_accepting_by_selection_runs_the_write_once_with_an_approval_record(
@@ -175,34 +173,6 @@ async def test_a_second_write_waits_its_turn_and_is_asked_next(
 
 
 # ------------------------------------------------------------------ consent bound to a digest
-
-
-class Pay(BaseModel):
-    amount: int
-
-
-async def _pay_order(context: CapabilityContext, pay: Pay) -> Completed:
-    order = context.fact("order@1")
-    assert order is not None and isinstance(order.value, dict)
-    payments: Payments = context.ports["payments"]
-    order_id = str(order.value["order_id"])
-    await context.run_effect(
-        f"order:{order_id}", lambda authority: payments.charge(authority, order_id, pay.amount)
-    )
-    return Completed(output=FaqAnswer(answer="paid"), text=f"Paid order {order_id}.")
-
-
-PAY_ORDER = define_capability(
-    id="payments.pay_order",
-    version="1.0.0",
-    description="Pay the current order.",
-    input=Pay,
-    output=FaqAnswer,
-    requires=["order@1"],
-    effect="write",
-    confirmation="required",
-    execute=_pay_order,
-)
 
 
 async def test_a_replaced_fact_breaks_the_digest_and_the_user_is_asked_again(

@@ -221,3 +221,88 @@ async def test_provider_exceptions_become_model_gateway_errors(world: World) -> 
         await world.run("turn-1", "hi")
     assert info.value.code == ErrorCode.MODEL_GATEWAY_FAILED and info.value.retryable
     assert isinstance(info.value.__cause__, ConnectionError)
+
+
+class _Opaque:
+    """Not JSON: neither the codec nor pydantic may guess a form for it."""
+
+
+@pytest.mark.parametrize(
+    ("value", "where"),
+    [
+        ({"tags": {1, 2}}, "tags"),
+        ({"who": _Opaque()}, "who"),
+        ({"raw": [b"\xff\xfe"]}, "raw"),
+        ({"deep": {"n": float("nan")}}, "deep"),
+    ],
+    ids=["set", "object", "invalid-utf8-bytes", "nan"],
+)
+async def test_capability_event_data_is_refused_at_emit_with_a_typed_error(
+    durability: DurabilityStore, value: dict[str, Any], where: str
+) -> None:
+    """The capability sees the error where it emitted, and can carry on without the event."""
+    from intention_kernel.contracts import SerializationError
+    from intention_kernel.kernel import Completed, define_capability
+
+    from .support import FaqAnswer, FaqQuery, support_agent
+
+    seen: list[BaseException] = []
+
+    async def careful(context: Any, query: FaqQuery) -> Completed:
+        try:
+            context.events.emit("careful.noted", value)
+        except Exception as exc:
+            seen.append(exc)
+        return Completed(output=FaqAnswer(answer="-"), text="Done.")
+
+    cap = define_capability(
+        id="careful.cap",
+        version="1.0.0",
+        description="Be careful.",
+        input=FaqQuery,
+        output=FaqAnswer,
+        execute=careful,
+    )
+    world = make_world(durability, agent=support_agent([cap]))
+    world.say("careful", [{"capability": "careful.cap", "input": {"topic": "x"}}])
+    result = await world.run("turn-1", "careful")
+    [error] = seen
+    assert isinstance(error, SerializationError)
+    assert "careful.noted" in error.message and where in str(error.context)
+    assert result.checkpoint.revision == 1
+    stored = await durability.read_outbox(thread_id="t1")
+    assert "careful.noted" not in {s.event.type for s in stored}
+
+
+async def test_capability_event_data_is_stored_as_it_was_emitted(
+    durability: DurabilityStore,
+) -> None:
+    """The event a capability gets back is the one the outbox holds."""
+    from intention_kernel.kernel import Completed, define_capability
+
+    from .support import FaqAnswer, FaqQuery, support_agent
+
+    emitted: list[KernelEvent] = []
+
+    async def tidy(context: Any, query: FaqQuery) -> Completed:
+        emitted.append(context.events.emit("tidy.noted", {"pair": [1, "a"], "text": "é\u200b"}))
+        return Completed(output=FaqAnswer(answer="-"), text="Done.")
+
+    cap = define_capability(
+        id="tidy.cap",
+        version="1.0.0",
+        description="Be tidy.",
+        input=FaqQuery,
+        output=FaqAnswer,
+        execute=tidy,
+    )
+    world = make_world(durability, agent=support_agent([cap]))
+    world.say("tidy", [{"capability": "tidy.cap", "input": {"topic": "x"}}])
+    await world.run("turn-1", "tidy")
+    [event] = emitted
+    [stored] = [
+        s.event
+        for s in await durability.read_outbox(thread_id="t1")
+        if s.event.type == "tidy.noted"
+    ]
+    assert event.data == stored.data == {"pair": [1, "a"], "text": "é\u200b"}

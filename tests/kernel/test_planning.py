@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from hypothesis import given, settings
@@ -21,7 +22,8 @@ from intention_kernel.kernel import (
 )
 from intention_kernel.kernel.pipeline.plan import build_plan
 from intention_kernel.kernel.pipeline.state import AgentRuntime
-from intention_kernel.testing import ScriptedModelGateway
+from intention_kernel.kernel.prompts import Catalog
+from intention_kernel.kernel.visibility import FactView
 
 from .support import FaqAnswer, FaqQuery, make_world, support_agent
 
@@ -103,12 +105,14 @@ def _runtime(caps: list[Any]) -> AgentRuntime:
         definition=agent,
         fingerprint="fp",
         capabilities={c.id: c for c in caps},
-        catalog=[],
-        gateway=ScriptedModelGateway(),
+        catalog=Catalog(caps),
+        routes={},
         ports={},
         limits=KernelLimits(),
-        interpretation_schema={},
         composition_schema={},
+        facts=FactView(()),
+        clock=lambda: datetime(2026, 1, 1, tzinfo=UTC),
+        ids=lambda prefix: f"{prefix}_1",
     )
 
 

@@ -48,5 +48,30 @@ def test_agenda_is_bounded_but_keeps_the_item_the_interaction_waits_on() -> None
         id="i", kind="confirmation", prompt="ok?", agenda_item_id="a0", turn_id="u"
     )
     kept = bound_agenda(items, interaction, 5)
-    assert [a.id for a in kept] == ["a0", "a25", "a26", "a27", "a28", "a29"]
+    assert [a.id for a in kept] == ["a0", "a26", "a27", "a28", "a29"]
     assert bound_agenda(items[:3], None, 5) == items[:3]
+    assert [a.id for a in bound_agenda(items, None, 5)] == [f"a{n}" for n in range(25, 30)]
+    assert len(bound_agenda(items, interaction, 20)) == 20
+    assert [a.id for a in bound_agenda(items, interaction, 1)] == ["a0"]
+    newest = interaction.model_copy(update={"agenda_item_id": "a28"})
+    assert [a.id for a in bound_agenda(items, newest, 3)] == ["a27", "a28", "a29"]
+
+
+@given(st.integers(0, 30), st.integers(1, 25), st.one_of(st.none(), st.integers(0, 29)))
+def test_agenda_never_exceeds_its_limit(size: int, limit: int, pinned: int | None) -> None:
+    items = [
+        AgendaItem(id=f"a{n}", capability_id="c", status="waiting_for_fact", created_turn_id="u")
+        for n in range(size)
+    ]
+    interaction = (
+        None
+        if pinned is None
+        else Interaction(
+            id="i", kind="confirmation", prompt="ok?", agenda_item_id=f"a{pinned}", turn_id="u"
+        )
+    )
+    kept = bound_agenda(items, interaction, limit)
+    assert len(kept) == min(size, limit)
+    assert kept == [a for a in items if a in kept]  # order kept
+    if pinned is not None and pinned < size:
+        assert f"a{pinned}" in {a.id for a in kept}

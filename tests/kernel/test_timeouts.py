@@ -156,12 +156,12 @@ def slow_begin(
     original = store.storage_begin_effect
     slowed: list[str] = []
 
-    async def begin(lease: Any, turn_id: str, identity: EffectIdentity) -> Any:
+    async def begin(lease: Any, turn_id: str, identity: EffectIdentity, *more: Any) -> Any:
         first = not slowed
         slowed.append(identity.idempotency_key)
         if first and before:
             await asyncio.sleep(before)
-        start = await original(lease, turn_id, identity)
+        start = await original(lease, turn_id, identity, *more)
         if first and after:
             await asyncio.sleep(after)
         return start

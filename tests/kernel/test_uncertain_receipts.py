@@ -171,9 +171,9 @@ class _StrippedScope:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._scope, name)
 
-    async def run_effect(self, effect: EffectIdentity, operation: Any) -> Any:
+    async def run_effect(self, effect: EffectIdentity, operation: Any, **options: Any) -> Any:
         try:
-            return await self._scope.run_effect(effect, operation)
+            return await self._scope.run_effect(effect, operation, **options)
         except EffectUncertainError as exc:
             raise EffectUncertainError(exc.message, context=exc.context) from None
 

@@ -125,6 +125,35 @@ REFUND = define_capability(
     execute=_refund,
 )
 
+
+class Pay(BaseModel):
+    amount: int
+
+
+async def _pay_order(context: CapabilityContext, pay: Pay) -> Completed:
+    order = context.fact("order@1")
+    assert order is not None and isinstance(order.value, dict)
+    payments: Payments = context.ports["payments"]
+    order_id = str(order.value["order_id"])
+    await context.run_effect(
+        f"order:{order_id}", lambda authority: payments.charge(authority, order_id, pay.amount)
+    )
+    return Completed(output=FaqAnswer(answer="paid"), text=f"Paid order {order_id}.")
+
+
+PAY_ORDER = define_capability(
+    id="payments.pay_order",
+    version="1.0.0",
+    description="Pay the current order.",
+    input=Pay,
+    output=FaqAnswer,
+    requires=["order@1"],
+    effect="write",
+    confirmation="required",
+    execute=_pay_order,
+)
+
+
 CHARGE_42: list[dict[str, Any]] = [
     {"capability": "payments.charge", "input": {"order_id": "42", "amount": 5}}
 ]
@@ -158,6 +187,7 @@ __all__ = [
     "CHARGE",
     "CHARGE_42",
     "LOOKUP_42",
+    "PAY_ORDER",
     "REFUND",
     "FaqAnswer",
     "Payments",

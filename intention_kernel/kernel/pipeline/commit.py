@@ -7,8 +7,6 @@ redacted by the host's redactor before they are handed to the store.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from pydantic import JsonValue
 
 from ...contracts.checkpoint import SCHEMA_VERSION, KernelCheckpoint, Message
@@ -23,7 +21,7 @@ def successor(state: TurnState) -> KernelCheckpoint:
     reduction, response = state.reduction, state.response
     assert reduction is not None and response is not None
     previous = state.checkpoint
-    now = datetime.now(UTC)
+    now = state.runtime.clock()
     turn_id = state.turn.turn_id
     messages = [] if previous is None else list(previous.messages)
     messages.append(Message(role="user", text=state.turn.text, turn_id=turn_id, at=now))

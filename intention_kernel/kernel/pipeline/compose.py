@@ -2,19 +2,23 @@
 
 Every evidence id the model cites must exist (this turn's evidence or that of a visible fact).
 An answer that cites unknown ids, or is malformed, gets one recomposition; after that the kernel
-falls back to a safe answer built from the capabilities' canonical text. A turn that only needs a
-clarification is answered by the kernel without a model call, and so is a turn whose write has
-an unknown outcome ("being verified": a model must never word it as done), whose write went
-through although its step did not finish (``applied``: a model must never word it as failed)
-or that only resolved pending work (cancelled, asked again). Updates about earlier work (a write
-reconciled since the last turn) come first, in the kernel's words, whatever the answer's kind.
+falls back to a safe answer built from the capabilities' canonical text, at once when the
+provider declines to compose (a refusal or a content filter is not asked again). A turn that
+only needs a clarification is answered by the kernel without a model call, and so is a turn
+whose write has an unknown outcome ("being verified": a model must never word it as done),
+whose write went through although its step did not finish (``applied``: a model must never
+word it as failed) or that only resolved pending work (cancelled, asked again). Updates about
+earlier work (a write reconciled since the last turn) come first, in the kernel's words,
+whatever the answer's kind.
 """
 
 from __future__ import annotations
 
 from pydantic import JsonValue, ValidationError
 
+from ...contracts import codec
 from ...contracts.checkpoint import Interaction
+from ...contracts.errors import SerializationError
 from ...contracts.events import EventCategory
 from ..response import Response, StepSummary
 from ..states import StepStatus
@@ -35,13 +39,14 @@ _KERNEL_WORDED = (StepStatus.UNCERTAIN, StepStatus.APPLIED)
 
 
 def _summaries(state: TurnState) -> list[StepSummary]:
-    assert state.plan is not None
+    assert state.reduction is not None
     steps = [
         StepSummary(
             step_id=o.step.step_id,
             capability_id=o.step.capability.id,
             status=o.status,
             reason=o.reason,
+            artifacts=o.artifacts,
         )
         for o in state.outcomes
     ]
@@ -52,7 +57,7 @@ def _summaries(state: TurnState) -> list[StepSummary]:
             status=StepStatus(h.status),
             reason=h.reason,
         )
-        for h in state.plan.held
+        for h in state.reduction.held
     )
     return steps
 
@@ -116,6 +121,10 @@ def _check(output: JsonValue, known: set[str]) -> tuple[Composition | None, list
         return None, ["the answer must be an object with 'text' and 'citations'"]
     if not composition.text.strip():
         return None, ["the answer text is empty"]
+    try:
+        codec.check(composition.text, what="the answer text")
+    except SerializationError as exc:
+        return None, [exc.message]
     unknown = [c for c in composition.citations if c not in known]
     if unknown:
         return None, [f"unknown evidence id: {c}" for c in unknown[:10]]
@@ -161,14 +170,10 @@ async def compose(state: TurnState) -> None:
         }
         composition: Composition | None = None
         for _attempt in range(2):
-            output = await ask(
-                state,
-                "compose",
-                state.runtime.definition.instructions,
-                payload,
-                state.runtime.composition_schema,
-            )
-            composition, problems = _check(output, known)
+            reply = await ask(state, "compose", payload, state.runtime.composition_schema)
+            if reply.refusal is not None:
+                break  # declined: asking again gets the same answer; the kernel words it
+            composition, problems = _check(reply.output, known)
             if composition is not None:
                 break
             payload = {**payload, "problems": problems}

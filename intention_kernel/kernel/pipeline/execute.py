@@ -17,20 +17,24 @@ verified"); ``completed`` -> ``applied`` ("it went through, but I could not fini
 from __future__ import annotations
 
 import asyncio
-import json
-from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
 
 from pydantic import BaseModel, JsonValue, ValidationError
 
+from ...contracts import codec
 from ...contracts.checkpoint import Evidence, FactRecord
-from ...contracts.errors import EffectNotAppliedError, EffectUncertainError, KernelError
+from ...contracts.errors import (
+    EffectNotAppliedError,
+    EffectUncertainError,
+    KernelError,
+    SerializationError,
+)
 from ...contracts.events import EventCategory
-from ...contracts.ids import new_id
 from ...contracts.receipts import EffectReceipt, ReceiptStatus
 from ..context import CapabilityContext, StepEvents, uncertain_copy
 from ..facts import FactRef, apply_fact, parse_fact_ref
+from ..limits import stored_within
 from ..results import Completed, Failed, NeedsConfirmation, NeedsDependency, NeedsInput
 from ..states import EffectKind, StepStatus
 from .state import PlannedStep, StepOutcome, TurnState
@@ -53,14 +57,10 @@ must not retry or be told nothing happened), not ``completed`` (there is no outp
 no evidence, and steps that depend on it must not run), not ``uncertain`` (the outcome is known;
 nothing for an operator to verify). Asking again replays the stored value."""
 INTERRUPTED = "interrupted before its outcome was recorded"
-
-
-def _stored_form(value: JsonValue) -> JsonValue:
-    """The value as a replay will see it (tuples become lists); refuses what JSON cannot hold.
-
-    The store's codec applies its stricter rules (NUL, depth, size) to the whole turn at commit.
-    """
-    return json.loads(json.dumps(value, ensure_ascii=False, allow_nan=False))  # type: ignore[no-any-return]
+IN_STATE = stored_within(4)
+"""Facts and confirmation details are stored in records of the turn result's checkpoint."""
+IN_RESPONSE = stored_within(5)
+"""Artifacts are stored in a step summary of the turn result's response."""
 
 
 def _failed(step: PlannedStep, reason: str, **extra: Any) -> StepOutcome:
@@ -90,21 +90,35 @@ def _completed(
         if not isinstance(output, cap.output_schema):
             dumped = output.model_dump() if isinstance(output, BaseModel) else output
             output = cap.output_schema.model_validate(dumped)
-        # A validated model dumps to JSON types; the store's codec refuses NaN at commit.
-        output_json: JsonValue = output.model_dump(mode="json")
+        # Stored forms, checked by the codec now: the turn must be able to commit them.
+        output_json: JsonValue = codec.round_trip(
+            output.model_dump(mode="json"), what=f"output of {cap.id}"
+        )
         facts: list[tuple[FactRef, str | None, JsonValue]] = []
         for produced in result.facts:
             ref = parse_fact_ref(produced.type)
             if ref is None or produced.type not in cap.provides:
                 return _failed(step, "the capability produced a fact it does not declare")
-            facts.append((ref, produced.key, _stored_form(produced.value)))
+            facts.append(
+                (
+                    ref,
+                    produced.key,
+                    codec.round_trip(produced.value, limits=IN_STATE, what=f"fact {ref}"),
+                )
+            )
     except (ValidationError, KernelError, ValueError, TypeError, RecursionError):
         return _failed(step, "the capability's output did not match its declared schema")
+    try:
+        artifacts = codec.round_trip(
+            dict(result.artifacts), limits=IN_RESPONSE, what=f"artifacts of {cap.id}"
+        )
+    except (KernelError, ValueError, TypeError, RecursionError):
+        return _failed(step, "the capability's artifacts cannot be stored")
     receipts = context.receipts
     if cap.effect == EffectKind.WRITE and not receipts:
         return _failed(step, "a write completed without going through run_effect")
     evidence = Evidence(
-        id=new_id("ev"),
+        id=state.runtime.ids("ev"),
         capability_id=cap.id,
         turn_id=state.turn.turn_id,
         step_id=step.step_id,
@@ -119,6 +133,7 @@ def _completed(
         evidence=evidence,
         text=result.text,
         receipts=receipts,
+        artifacts=artifacts if isinstance(artifacts, dict) else {},
     )
 
 
@@ -145,8 +160,12 @@ def _outcome(
         )
     if isinstance(result, NeedsConfirmation):
         try:
-            data = _stored_form(dict(result.data))
-        except (ValueError, TypeError, RecursionError):
+            data = codec.round_trip(
+                dict(result.data),
+                limits=IN_STATE,
+                what=f"confirmation details of {step.capability.id}",
+            )
+        except (KernelError, ValueError, TypeError):
             return _failed(step, "the capability's confirmation details are not storable")
         options = tuple(result.options)
         accept = tuple(dict.fromkeys(result.accept))
@@ -165,6 +184,29 @@ def _outcome(
     if isinstance(result, Failed):
         return _failed(step, result.reason, receipts=context.receipts)
     return _failed(step, "the capability returned an unknown result")
+
+
+def _storable(outcome: StepOutcome) -> StepOutcome:
+    """The capability's words are committed with the turn (answer, agenda, interaction): a
+    value the codec refuses fails the step now instead of the commit after a write."""
+    source = None if outcome.evidence is None else outcome.evidence.source
+    words = [
+        outcome.text,
+        outcome.reason,
+        outcome.prompt,
+        source,
+        *outcome.options,
+        *outcome.accept,
+    ]
+    try:
+        codec.check([*words, *outcome.missing], what=f"result of {outcome.step.capability.id}")
+    except SerializationError:
+        return _failed(
+            outcome.step,
+            "the capability returned text that cannot be stored",
+            receipts=outcome.receipts,
+        )
+    return outcome
 
 
 def _visible(
@@ -235,7 +277,7 @@ async def _call(state: TurnState, step: PlannedStep, done: dict[str, StepOutcome
         capability_id=cap.id,
         effect=cap.effect,
         step_id=step.step_id,
-        execution_id=new_id("exec"),
+        execution_id=state.runtime.ids("exec"),
         turn=state.turn,
         ports=state.runtime.ports,
         facts=MappingProxyType(visible),
@@ -259,7 +301,7 @@ async def _call(state: TurnState, step: PlannedStep, done: dict[str, StepOutcome
     except EffectNotAppliedError:
         outcome = _failed(step, NOT_APPLIED, receipts=context.receipts)
     else:
-        outcome = _outcome(state, step, result, context)
+        outcome = _storable(_outcome(state, step, result, context))
         if any(r.status is ReceiptStatus.UNCERTAIN for r in context.receipts):
             # The capability caught the uncertainty itself: its answer cannot be trusted.
             outcome = _uncertain(step, context.receipts)
@@ -314,7 +356,7 @@ async def _as_the_ledger_knows(
         for key in keys:
             receipt = found.get(key)
             if read is None:
-                copies[key] = _unknown(context, key)  # nothing to ask: fail closed
+                copies[key] = _unknown(state, context, key)  # nothing to ask: fail closed
             elif receipt is None or receipt.status is ReceiptStatus.FAILED:
                 continue  # never started, or provably not called: "try again" is true
             elif receipt.status in (ReceiptStatus.COMPLETED, ReceiptStatus.UNCERTAIN):
@@ -338,9 +380,9 @@ async def _as_the_ledger_knows(
     return outcome
 
 
-def _unknown(context: CapabilityContext, key: str) -> EffectReceipt:
+def _unknown(state: TurnState, context: CapabilityContext, key: str) -> EffectReceipt:
     """A checkpoint copy for an interrupted write the scope cannot read back."""
-    now = datetime.now(UTC)
+    now = state.runtime.clock()
     return EffectReceipt(
         id="unknown",
         thread_id=context.turn.thread_id,

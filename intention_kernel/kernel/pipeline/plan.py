@@ -2,33 +2,44 @@
 
 Checks, in order: the capability is registered; its input is valid against the capability's
 schema (one bounded repair round through the gateway for everything that failed, else a
-clarification); policies (allow, deny with a safe reason, require confirmation); the capability's
-own confirmation mode (``required`` steps are held, never run in the proposing turn); fact
-prerequisites (from the checkpoint, or from a step of this turn, which then runs first); writes
-run one after another. ``build_plan`` is pure and is where confirmation and dependency holds are
-decided, so writes and resumption plug in here without reshaping the pipeline.
+clarification; an input the store's codec refuses counts as invalid); policies (allow, deny
+with a safe reason, require confirmation); the capability's own confirmation mode (``required``
+steps are held, never run in the proposing turn; consent is asked only once the step's required
+facts exist, until then it waits for them); fact prerequisites (from the checkpoint, or from a
+step of this turn, which then runs first); writes run one after another. ``build_plan`` is pure
+and is where confirmation and dependency holds are decided, so writes and resumption plug in
+here without reshaping the pipeline.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, JsonValue, ValidationError
+from pydantic_core import PydanticSerializationError
 
+from ...contracts import codec
 from ...contracts.checkpoint import FactRecord
+from ...contracts.errors import SerializationError
 from ...contracts.events import EventCategory
 from ..capability import Capability
+from ..limits import stored_within
 from ..policies import PolicyRequest
 from ..states import ConfirmationMode, EffectKind, HoldReason
 from ._model import ask
 from .interpret import parse_interpretation, validation_problems
 from .state import AgentRuntime, HeldStep, Interpretation, Plan, PlannedStep, TurnState
 
-__all__ = ["Checked", "build_plan", "check_intentions", "plan"]
+__all__ = ["Checked", "build_plan", "check_intentions", "consent_hold", "judge", "plan"]
 
+IN_STATE = stored_within(4)
+"""An input is stored in an agenda item of the turn result (and in events, less deep)."""
 UNCLEAR = "I could not work out part of your request. Could you say it another way?"
+REFUSED = "I cannot help with that request as it is. Could you say it another way?"
+"""The safe answer when the provider declined to interpret (a refusal or a content filter):
+nothing runs and no repair is asked (the same question would get the same refusal)."""
 
 
 @dataclass(slots=True)
@@ -57,17 +68,61 @@ def check_intentions(
             continue
         try:
             model = cap.input_schema.model_validate(intention.input)
+            data = _stored_input(cap, model)
         except ValidationError as exc:
             details = validation_problems(exc)
-            checked.problems.append({"index": index, "capability": cap.id, "problems": details})
             fields = sorted({".".join(str(x) for x in d["loc"]) for d in exc.errors() if d["loc"]})
-            detail = f" (please check: {', '.join(fields)})" if fields else ""
-            checked.clarifications.append(
-                f"I need a bit more detail for {cap.description.rstrip('.').lower()}{detail}."
-            )
+            _refuse(checked, index, cap, details, fields)
             continue
-        checked.valid.append((cap, model, model.model_dump(mode="json")))
+        except SerializationError as exc:
+            where = str(exc.context.get("path", "$"))
+            name = where.removeprefix("$").removeprefix(".")
+            problem: JsonValue = {"loc": [name], "msg": exc.message, "type": str(exc.code)}
+            _refuse(checked, index, cap, [problem], [name] if name else [])
+            continue
+        checked.valid.append((cap, model, data))
     return checked
+
+
+def _stored_input(cap: Capability, model: BaseModel) -> dict[str, JsonValue]:
+    """The validated input as it is committed (agenda, events) and digested for consent."""
+    what = f"input of {cap.id}"
+    try:
+        dumped = model.model_dump(mode="json")
+    except (PydanticSerializationError, ValueError, TypeError) as exc:
+        codec.check(model.model_dump(), limits=IN_STATE, what=what)  # names the offending part
+        raise SerializationError(
+            f"{what} cannot be written as JSON",
+            context={"what": what, "reason": type(exc).__name__},
+        ) from exc
+    stored: dict[str, JsonValue] = codec.round_trip(dumped, limits=IN_STATE, what=what)
+    # Pydantic writes NaN and Infinity as null: the stored operation (resumed, confirmed,
+    # digested) must be the one that runs, so it must validate back to the same input.
+    again: BaseModel | None = None
+    try:
+        again = cap.input_schema.model_validate(stored)
+        where = next(
+            (n for n in type(model).model_fields if getattr(again, n) != getattr(model, n)), ""
+        )
+    except ValidationError as exc:
+        where = ".".join(str(p) for p in exc.errors()[0]["loc"])
+    if again != model:
+        raise SerializationError(
+            f"{what} does not read back as it was given (NaN or Infinity?)",
+            context={"what": what, "reason": "not_exact", "path": f"$.{where}" if where else "$"},
+        )
+    return stored
+
+
+def _refuse(
+    checked: Checked, index: int, cap: Capability, problems: list[JsonValue], fields: list[str]
+) -> None:
+    """An invalid (or unstorable) input: a problem for the repair, a clarification otherwise."""
+    checked.problems.append({"index": index, "capability": cap.id, "problems": problems})
+    detail = f" (please check: {', '.join(fields)})" if fields else ""
+    checked.clarifications.append(
+        f"I need a bit more detail for {cap.description.rstrip('.').lower()}{detail}."
+    )
 
 
 def _hold(
@@ -91,22 +146,14 @@ def build_plan(
         )
         valid = valid[:limit]
     candidates: list[PlannedStep] = []
+    confirming: list[tuple[PlannedStep, str]] = []
     for n, (cap, model, data) in enumerate(valid, start=1):
         step = PlannedStep(f"step-{n}", cap, model, data)
-        decision = None
-        for policy in runtime.definition.policies:
-            decision = policy(
-                PolicyRequest(cap.id, cap.version, cap.effect, data, facts, host_context)
-            )
-            if decision.outcome != "allow":
-                break
-        if decision is not None and decision.outcome == "deny":
-            plan.clarifications.append(decision.reason or "That is not allowed here.")
-        elif cap.confirmation == ConfirmationMode.REQUIRED or (
-            decision is not None and decision.outcome == "require_confirmation"
-        ):
-            reason = (decision.reason if decision else "") or "needs your confirmation"
-            plan.held.append(_hold(step, HoldReason.AWAITING_CONFIRMATION, reason))
+        verdict, reason = judge(runtime, step, facts, host_context)
+        if verdict == "deny":
+            plan.clarifications.append(reason)
+        elif verdict == "confirm":
+            confirming.append((step, reason))
         else:
             candidates.append(step)
     available = {f"{f.type}@{f.version}" for f in facts.values()}
@@ -114,6 +161,8 @@ def build_plan(
     for step in candidates:
         for ref in step.capability.provides:
             providers.setdefault(ref, []).append(step.step_id)
+    ready = available | providers.keys()
+    plan.held.extend(consent_hold(s, reason, ready) for s, reason in confirming)
     missing: dict[str, list[str]] = {}
     last_write: str | None = None
     for step in candidates:
@@ -132,6 +181,50 @@ def build_plan(
     plan.steps, held = _order(candidates, missing)
     plan.held.extend(held)
     return plan
+
+
+Verdict = Literal["run", "deny", "confirm"]
+
+
+def judge(
+    runtime: AgentRuntime,
+    step: PlannedStep,
+    facts: Mapping[str, FactRecord],
+    host_context: Mapping[str, Any],
+) -> tuple[Verdict, str]:
+    """Policies (the first decision other than ``allow`` wins), then the capability's own
+    confirmation mode: whether the step may run, is refused (safe reason) or needs consent.
+
+    The one rule for steps planned now and for steps resumed once their facts exist.
+    """
+    cap = step.capability
+    decision = None
+    for policy in runtime.definition.policies:
+        decision = policy(
+            PolicyRequest(cap.id, cap.version, cap.effect, step.input_json, facts, host_context)
+        )
+        if decision.outcome != "allow":
+            break
+    if decision is not None and decision.outcome == "deny":
+        return "deny", decision.reason or "That is not allowed here."
+    if cap.confirmation == ConfirmationMode.REQUIRED or (
+        decision is not None and decision.outcome == "require_confirmation"
+    ):
+        return "confirm", (decision.reason if decision else "") or "needs your confirmation"
+    return "run", ""
+
+
+def consent_hold(step: PlannedStep, reason: str, available: Collection[str]) -> HeldStep:
+    """Consent is asked only for an operation whose required facts are ``available`` (they
+    exist, or a step of this turn provides them and reduce checks it did): otherwise the step
+    first waits for them, so the consent digest covers the fact revisions it relies on.
+
+    The one rule for steps planned now, resumed, accepted, and held at the end of the turn.
+    """
+    absent = [r for r in step.capability.requires if r not in available]
+    if absent:
+        return _hold(step, HoldReason.WAITING_FOR_FACT, f"needs {', '.join(absent)} first", absent)
+    return _hold(step, HoldReason.AWAITING_CONFIRMATION, reason)
 
 
 def _order(
@@ -174,33 +267,53 @@ def _order(
     return ordered, [held[s.step_id] for s in steps if s.step_id in held]
 
 
+def _repair_ids(state: TurnState) -> tuple[str, ...]:
+    """The capabilities a repair is shown: those ``interpret`` saw, plus any it named."""
+    catalog = state.runtime.catalog
+    if state.chosen is None:
+        return catalog.ids
+    named = [] if state.interpretation is None else state.interpretation.intentions
+    return catalog.ordered([*state.chosen, *(i.capability for i in named)])
+
+
 async def plan(state: TurnState, malformed: list[JsonValue]) -> None:
     runtime = state.runtime
-    checked = check_intentions(runtime, state.interpretation, malformed)
+    if state.refusal is not None:
+        checked = Checked(clarifications=[REFUSED])
+    else:
+        checked = check_intentions(runtime, state.interpretation, malformed)
     repaired = False
     if checked.problems:
         previous = (
             None if state.interpretation is None else state.interpretation.model_dump(mode="json")
         )
-        output = await ask(
+        shown = _repair_ids(state)
+        reply = await ask(
             state,
             "repair",
-            runtime.definition.instructions,
             {
                 "text": state.turn.text,
                 "previous": previous,
                 "problems": checked.problems,
-                "capabilities": runtime.catalog,
+                "capabilities": runtime.catalog.entries(shown),
             },
-            runtime.interpretation_schema,
+            runtime.catalog.schema(shown),
         )
-        interpretation, malformed = parse_interpretation(output)
-        state.interpretation = interpretation
         repaired = True
-        checked = check_intentions(runtime, interpretation, malformed)
+        if reply.refusal is not None:
+            state.refusal = reply.refusal
+            state.interpretation = None
+            checked = Checked(clarifications=[REFUSED])
+        else:
+            interpretation, malformed = parse_interpretation(reply.output)
+            state.interpretation = interpretation
+            checked = check_intentions(runtime, interpretation, malformed)
         state.recorder.emit(
             "interpretation.repaired",
-            {"valid": not checked.problems, "problems": len(checked.problems)},
+            {
+                "valid": not checked.problems and state.refusal is None,
+                "problems": len(checked.problems),
+            },
             cause=state.start_event,
         )
     result = build_plan(runtime, state.facts, checked.valid, state.host_context)

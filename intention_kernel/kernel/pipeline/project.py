@@ -2,7 +2,8 @@
 
 Why bounded: per-turn cost must not grow with thread length, so only the most recent messages
 are shown (with a count of the omitted ones), plus the visible facts, the agenda and the active
-interaction.
+interaction. Facts are shown as their fact types allow (``define_fact``): in full with redacted
+paths replaced, as present only, or not at all.
 """
 
 from __future__ import annotations
@@ -29,10 +30,9 @@ def project(state: TurnState) -> None:
     recent = checkpoint.messages[-keep:]
     omitted = checkpoint.omitted_messages + len(checkpoint.messages) - len(recent)
     messages: list[JsonValue] = [{"role": m.role, "text": m.text} for m in recent]
-    facts: list[JsonValue] = [
-        {"id": f.id, "type": f"{f.type}@{f.version}", "revision": f.revision, "value": f.value}
-        for f in checkpoint.facts
-    ]
+    view = state.runtime.facts
+    shown = (view.show(f) for f in checkpoint.facts)
+    facts: list[JsonValue] = [f for f in shown if f is not None]
     agenda: list[JsonValue] = [
         {"id": a.id, "capability": a.capability_id, "status": str(a.status), "reason": a.reason}
         for a in checkpoint.agenda

@@ -3,7 +3,8 @@
 Facts are applied in plan order (deterministic even when steps ran concurrently): declared
 invalidations first, then each produced fact as a new record or the next revision, with the
 step's evidence and the ids of the facts it relied on. Held steps and steps that asked for input,
-a dependency or consent become agenda items; the first such request becomes the active
+a dependency or consent become agenda items (a consent hold whose required facts did not come
+this turn waits for them instead); the first such request becomes the active
 interaction unless one is already pending (it stays until answered).
 """
 
@@ -29,6 +30,7 @@ from ..approval import consent_data
 from ..capability import Capability
 from ..facts import apply_fact, invalidate, parse_fact_ref
 from ..states import HoldReason, StepStatus
+from .plan import consent_hold
 from .state import HeldStep, PlannedStep, Reduction, StepOutcome, TurnState
 
 __all__ = [
@@ -38,6 +40,7 @@ __all__ = [
     "interaction_id",
     "reduce",
     "reduce_outcomes",
+    "settle",
 ]
 
 _ASKS = {StepStatus.NEEDS_INPUT: "input", StepStatus.NEEDS_CONFIRMATION: "confirmation"}
@@ -75,11 +78,17 @@ def bound_receipts(
 def bound_agenda(
     agenda: list[AgendaItem], interaction: Interaction | None, limit: int
 ) -> list[AgendaItem]:
-    """Keep the newest ``limit`` items, and always the one the active interaction waits on."""
+    """Keep ``limit`` items: always the one the active interaction waits on, then the newest.
+
+    The pinned item counts toward the limit, so the agenda never holds more than ``limit``.
+    """
     if len(agenda) <= limit:
         return agenda
     pinned = None if interaction is None else interaction.agenda_item_id
-    keep = {id(a) for a in agenda[-limit:]} | {id(a) for a in agenda if a.id == pinned}
+    kept = [a for a in agenda if a.id == pinned][:limit]
+    others = [a for a in agenda if a.id != pinned]
+    room = limit - len(kept)
+    keep = {id(a) for a in kept} | {id(a) for a in (others[-room:] if room else [])}
     return [a for a in agenda if id(a) in keep]
 
 
@@ -140,6 +149,16 @@ def _reopen(item: AgendaItem, description: str) -> tuple[str, str, tuple[str, ..
     return None
 
 
+def settle(hold: HeldStep, facts: Mapping[str, FactRecord]) -> HeldStep:
+    """A step held for consent whose required facts do not exist at the end of the turn (the
+    step of this turn that was to provide them did not) waits for them instead: consent is
+    never asked for an operation without the facts it relies on."""
+    if hold.status != HoldReason.AWAITING_CONFIRMATION:
+        return hold
+    available = {f"{f.type}@{f.version}" for f in facts.values()}
+    return consent_hold(hold.step, hold.reason, available)
+
+
 def reduce_outcomes(
     checkpoint: KernelCheckpoint | None,
     outcomes: list[StepOutcome],
@@ -190,7 +209,8 @@ def reduce_outcomes(
             agenda.append(item)
             if outcome.status in _ASKS and outcome.prompt:
                 asks.append((item, _ASKS[outcome.status], outcome.prompt, outcome.options))
-    for hold in held:
+    settled = [settle(hold, facts) for hold in held]
+    for hold in settled:
         data = {"missing": list(hold.missing)}
         if hold.status == HoldReason.WAITING_FOR_FACT:
             data["seen"] = fact_state(hold.missing, facts)
@@ -233,6 +253,7 @@ def reduce_outcomes(
         new_interaction=new_interaction,
         receipts=bound_receipts(previous_receipts, new_receipts, receipt_limit),
         evidence=evidence,
+        held=settled,
     )
 
 

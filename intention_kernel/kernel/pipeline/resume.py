@@ -17,13 +17,15 @@ run now. In order:
    option (its ``accept``), by running the capability with the answer, which it must check.
 4. An input request is answered when this turn plans the same capability again.
 5. Steps waiting for a fact resume once the fact exists or changed since they asked, or after
-   this turn's step providing it.
+   this turn's step providing it, under the planner's rule (``judge``): refused by a policy,
+   held for consent, or run.
+
+An accepted confirmation never stands in for a missing required fact: such a step waits for it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from pydantic import JsonValue, ValidationError
 
@@ -32,6 +34,7 @@ from ...contracts.errors import ErrorCode, InvalidInputError
 from ...contracts.events import EventCategory
 from ..approval import Approval, ConfirmationAnswer, consent_data
 from ..states import EffectKind, HoldReason
+from .plan import consent_hold, judge
 from .reduce import fact_state
 from .state import HeldStep, Plan, PlannedStep, TurnState
 
@@ -44,6 +47,7 @@ CHANGED = (
     "Something changed since you were asked ({what}), so I have not done it. Please confirm again."
 )
 STILL_PENDING = "That is already waiting for your confirmation."
+WAITING = "I cannot do that yet ({what}): it needs {refs} first. I will ask you again then."
 _KERNEL_KEYS = ("missing", "digest", "relied_on", "prompt", "options", "accept")
 _CONFIRMING = (AgendaStatus.AWAITING_CONFIRMATION, AgendaStatus.NEEDS_CONFIRMATION)
 """Agenda items waiting for consent: kernel-owned, then capability-owned."""
@@ -170,7 +174,7 @@ def _answer(state: TurnState, plan: Plan, chosen: Chosen) -> None:
         plan.close_interaction = False  # input requests are answered by planning the step again
         return
     plan.resolved.add(item.id)
-    now = datetime.now(UTC).isoformat()
+    now = state.runtime.clock().isoformat()
     actor = state.host_context.get("actor")
     who = actor if isinstance(actor, str) else None
     record: dict[str, JsonValue] = {
@@ -204,6 +208,16 @@ def _answer(state: TurnState, plan: Plan, chosen: Chosen) -> None:
         _audit(state, "confirmation.refused", record)
         return
     cap = step.capability
+    available = {f"{f.type}@{f.version}" for f in state.facts.values()}
+    hold = consent_hold(step, item.reason or "needs your confirmation", available)
+    if hold.status == HoldReason.WAITING_FOR_FACT:
+        # Consent never stands in for a missing fact (an item asked before this rule, or a
+        # fact invalidated since): the step waits for it and consent is asked again then.
+        plan.decisions.append({**record, "decision": "waiting"})
+        plan.notes.append(WAITING.format(what=description, refs=", ".join(hold.missing)))
+        plan.held.append(hold)
+        _audit(state, "confirmation.deferred", {**record, "missing": list[JsonValue](hold.missing)})
+        return
     now_data = consent_data(cap.id, cap.version, cap.requires, step.input_json, state.facts)
     digest = str(now_data["digest"])
     if digest != item.data.get("digest"):
@@ -307,6 +321,16 @@ def _resume_waiting(state: TurnState, plan: Plan) -> None:
             continue
         step = resumed
         plan.resolved.add(item.id)
+        verdict, reason = judge(state.runtime, step, state.facts, state.host_context)
+        if verdict != "run":
+            # The same rule as for a step planned now: refused, or held for consent (asked
+            # now that its facts exist, or at the end of this turn once its provider ran).
+            if verdict == "deny":
+                plan.clarifications.append(reason)
+            else:
+                plan.held.append(consent_hold(step, reason, available | providers.keys()))
+            _audit(state, "step.resumed", {"agenda_item_id": item.id, "step_id": step.step_id})
+            continue
         after = [p for r in refs for p in providers.get(r, [])]
         if step.capability.effect == EffectKind.WRITE:
             after.extend(s.step_id for s in plan.steps if s.capability.effect == EffectKind.WRITE)

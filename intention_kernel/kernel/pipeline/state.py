@@ -7,8 +7,9 @@ stages small and the order visible in ``run_pipeline``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
@@ -16,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from ...contracts.checkpoint import AgendaItem, Evidence, FactRecord, Interaction, KernelCheckpoint
 from ...contracts.durability import TurnScope
 from ...contracts.events import KernelEvent
-from ...contracts.gateway import ModelGateway
+from ...contracts.gateway import ModelRefusal
 from ...contracts.receipts import EffectReceipt
 from ..agent import AgentDefinition
 from ..approval import Approval, ConfirmationAnswer
@@ -25,8 +26,11 @@ from ..context import TurnInfo
 from ..events import EventRecorder
 from ..facts import FactRef
 from ..limits import KernelLimits
-from ..response import Response
+from ..prompts import Catalog
+from ..response import Response, TurnUsage
+from ..routing import ModelRoute
 from ..states import HoldReason, StepStatus
+from ..visibility import FactView
 
 __all__ = [
     "AgentRuntime",
@@ -35,6 +39,7 @@ __all__ = [
     "HeldStep",
     "Intention",
     "Interpretation",
+    "Meter",
     "Plan",
     "PlannedStep",
     "Reduction",
@@ -87,12 +92,30 @@ class AgentRuntime:
     definition: AgentDefinition
     fingerprint: str
     capabilities: Mapping[str, Capability]
-    catalog: list[JsonValue]
-    gateway: ModelGateway
+    catalog: Catalog
+    routes: Mapping[str, ModelRoute]
+    """The model of each task (``routing.TASKS``)."""
     ports: Mapping[str, Any]
     limits: KernelLimits
-    interpretation_schema: dict[str, JsonValue]
     composition_schema: dict[str, JsonValue]
+    facts: FactView
+    """What the model may see of each fact type."""
+    clock: Callable[[], datetime]
+    """The kernel's clock: every time it records (events, messages, approvals, durations)."""
+    ids: Callable[[str], str]
+    """The kernel's id generator (``prefix -> id``): trace, evidence and execution ids."""
+
+
+@dataclass(slots=True)
+class Meter:
+    """Tokens and model calls of one ``run``, across the attempts of its turn."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    calls: int = 0
+
+    def usage(self) -> TurnUsage:
+        return TurnUsage(self.input_tokens, self.output_tokens, self.calls)
 
 
 @dataclass(slots=True)
@@ -158,6 +181,8 @@ class StepOutcome:
     receipts: list[EffectReceipt] = field(default_factory=list)
     derived_from: tuple[str, ...] = ()
     event: KernelEvent | None = None
+    artifacts: dict[str, JsonValue] = field(default_factory=dict)
+    """What a completed step returned for the host (``Completed.artifacts``), stored form."""
 
 
 @dataclass(slots=True)
@@ -168,6 +193,8 @@ class Reduction:
     new_interaction: Interaction | None
     receipts: list[EffectReceipt]
     evidence: list[Evidence]
+    held: list[HeldStep] = field(default_factory=list)
+    """The plan's held steps as stored: a consent hold whose facts did not come waits instead."""
 
 
 @dataclass(slots=True)
@@ -191,3 +218,8 @@ class TurnState:
     response: Response | None = None
     updates: list[str] = field(default_factory=list)
     """Kernel-worded news about earlier work (a reconciled write), added to this turn's answer."""
+    meter: Meter = field(default_factory=Meter)
+    chosen: tuple[str, ...] | None = None
+    """The capabilities shown to ``interpret`` (``None``: the whole catalog)."""
+    refusal: ModelRefusal | None = None
+    """The provider declined to interpret or select: the turn answers safely, runs nothing."""
