@@ -87,9 +87,10 @@ RULES = [
         within("contracts", "durability", "crashpoints"),
     ),
     Rule(
-        "the kernel reaches storage only through the contracts' protocols",
+        "the kernel reaches storage only through the contracts' protocols (and of the model"
+        " layer uses only its schema rules and model-string resolver)",
         ("intention_kernel/kernel",),
-        within("contracts", "kernel"),
+        within("contracts", "kernel", "models.schemas", "models.resolve"),
     ),
     Rule(
         "the relay delivers through the contracts' OutboxSource, not a store's code",
@@ -124,6 +125,27 @@ RULES = [
         "the kernel and the contracts import no driver",
         ("intention_kernel/kernel", "intention_kernel/contracts"),
         lambda m: DRIVERS(m) or m.split(".")[0] == "sqlite3",
+    ),
+    Rule(
+        "model gateways use the contracts, never the kernel, durability or the command line",
+        ("intention_kernel/models",),
+        within("contracts", "models"),
+    ),
+    *(
+        Rule(
+            f"only intention_kernel/models/{gateway}.py imports {sdks[0]} (an optional extra)",
+            tuple(
+                str(path.relative_to(ROOT))
+                for path in sorted((ROOT / "intention_kernel").rglob("*.py"))
+                if path != ROOT / "intention_kernel" / "models" / f"{gateway}.py"
+            ),
+            driver(*sdks),
+        )
+        for gateway, sdks in (
+            ("openai", ("openai",)),
+            ("anthropic", ("anthropic",)),
+            ("pydantic_ai", ("pydantic_ai", "google")),
+        )
     ),
 ]
 

@@ -2,7 +2,9 @@
 
 The attribute may be a ``CompiledAgent`` (its declared compatible fingerprints and migrations
 count), an ``AgentDefinition`` (only its own fingerprint is accepted, plus
-``--compatible-with``), or a function of no arguments returning either.
+``--compatible-with``), or a function of no arguments returning either. The operator's module
+may fail to import or its factory may raise: that is ``INVALID_AGENT`` naming the exception,
+not a traceback.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
+from ..contracts.errors import KernelError
 from ..kernel.agent import AgentDefinition
 from ..kernel.compat import Compatibility
 from ..kernel.compile import compile_manifest
@@ -21,20 +24,38 @@ from ._common import CliError
 __all__ = ["load_compatibility"]
 
 
+_SETTING = {"setting": "--agent"}
+
+
+def _failed(what: str, exc: BaseException) -> CliError:
+    return CliError("INVALID_AGENT", f"{what} raised {type(exc).__name__}: {exc}", context=_SETTING)
+
+
 def _resolve(spec: str) -> object:
     module_name, sep, attribute = spec.partition(":")
     if not sep or not module_name or not attribute:
-        raise CliError("INVALID_AGENT", "--agent looks like package.module:attribute")
+        raise CliError(
+            "INVALID_AGENT", "--agent looks like package.module:attribute", context=_SETTING
+        )
     if str(Path.cwd()) not in sys.path:
         sys.path.insert(0, str(Path.cwd()))  # like python -m: the project's own modules
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise CliError("AGENT_NOT_FOUND", f"cannot import {module_name}: {exc}") from None
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if module_name == missing or module_name.startswith(missing + "."):
+            raise CliError(
+                "AGENT_NOT_FOUND", f"cannot import {module_name}: {exc}", context=_SETTING
+            ) from None
+        raise _failed(f"importing {module_name}", exc) from None
+    except Exception as exc:  # the operator's module: anything may happen at import
+        raise _failed(f"importing {module_name}", exc) from None
     target: object = module
     for part in attribute.split("."):
         if not hasattr(target, part):
-            raise CliError("AGENT_NOT_FOUND", f"{module_name} has no attribute {attribute}")
+            raise CliError(
+                "AGENT_NOT_FOUND", f"{module_name} has no attribute {attribute}", context=_SETTING
+            )
         target = getattr(target, part)
     return target
 
@@ -42,7 +63,12 @@ def _resolve(spec: str) -> object:
 def load_compatibility(spec: str, compatible_with: Iterable[str] = ()) -> Compatibility:
     agent = _resolve(spec)
     if callable(agent) and not isinstance(agent, CompiledAgent | AgentDefinition | type):
-        agent = agent()
+        try:
+            agent = agent()
+        except KernelError:
+            raise
+        except Exception as exc:
+            raise _failed(f"calling {spec}", exc) from None
     extra = frozenset(compatible_with)
     if isinstance(agent, CompiledAgent):
         declared = agent.compatibility
@@ -57,4 +83,5 @@ def load_compatibility(spec: str, compatible_with: Iterable[str] = ()) -> Compat
     raise CliError(
         "INVALID_AGENT",
         f"{spec} is a {type(agent).__name__}, not a CompiledAgent or an AgentDefinition",
+        context=_SETTING,
     )

@@ -1,15 +1,18 @@
 """What every command shares: options, exit codes, error mapping, JSON and table output.
 
 Why map errors in one place: an operator's mistake (bad DSN, unknown thread, invalid JSON) must
-end with one line naming the stable code and what to do, never a traceback.
+end with one line naming the stable code and what to do, never a traceback; and no message,
+however it was built, may show a password (every one goes through ``redact``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+import shlex
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import asdict, is_dataclass
 from datetime import UTC, datetime, timedelta
@@ -19,6 +22,8 @@ from typing import Annotated, Any, TypeVar
 import typer
 from pydantic import BaseModel
 from rich.console import Console
+from rich.measure import Measurement
+from rich.table import Table
 
 from ..contracts.durability import DurabilityStore
 from ..contracts.errors import (
@@ -32,7 +37,13 @@ from ..contracts.errors import (
     StoreSchemaError,
 )
 from ..contracts.inspect import StoreInspector
-from ..durability.factory import StoreLocation, describe_store, open_durability, sqlite_url
+from ..durability.factory import (
+    StoreLocation,
+    describe_store,
+    open_durability,
+    redact,
+    sqlite_url,
+)
 
 __all__ = [
     "CliError",
@@ -44,7 +55,10 @@ __all__ = [
     "emit",
     "open_store",
     "parse_duration",
+    "print_table",
+    "report_error",
     "run",
+    "store_argument",
     "store_location",
     "store_url",
     "to_jsonable",
@@ -53,6 +67,7 @@ __all__ = [
 T = TypeVar("T")
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
+_LONGEST = 100 * 365 * 86_400  # a longer age is a typo, and past datetime's range
 
 
 class ExitCode(IntEnum):
@@ -63,13 +78,20 @@ class ExitCode(IntEnum):
 
 
 class CliError(Exception):
-    """A user-facing failure with a stable code and an exit code."""
+    """A user-facing failure with a stable code, an exit code and JSON-safe details."""
 
-    def __init__(self, code: str, message: str, exit_code: ExitCode = ExitCode.USAGE) -> None:
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        exit_code: ExitCode = ExitCode.USAGE,
+        context: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.exit_code = exit_code
+        self.context = context or {}
 
 
 StoreOpt = Annotated[
@@ -123,6 +145,25 @@ def emit(as_json: bool, data: Any, human: Callable[[], None]) -> None:
         human()
 
 
+def print_table(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], *, ids: Collection[str] = ()
+) -> None:
+    """A table whose ``ids`` columns are always whole: rather than cut or fold an id (two
+    threads would look alike), the table is wider than the terminal. Other columns wrap."""
+    table = Table()
+    for index, header in enumerate(headers):
+        if header in ids:
+            longest = max([len(header), *(len(row[index]) for row in rows)])
+            table.add_column(header, min_width=longest, overflow="fold")
+        else:
+            table.add_column(header, overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    unlimited = out.options.update(width=1_000_000, max_width=1_000_000)
+    needed = Measurement.get(out, unlimited, table).minimum
+    out.print(table, width=max(out.width, needed), crop=False)
+
+
 def print_fields(rows: list[tuple[str, object]]) -> None:
     """Label/value lines with the values aligned (``status``, ``outbox stats``)."""
     width = max(len(label) for label, _ in rows) + 1
@@ -155,6 +196,15 @@ def store_url(store: str | None) -> str:
     return text if "://" in text else sqlite_url(text)
 
 
+def store_argument(store: str | None) -> str:
+    """`` --store STORE`` for a command to suggest, as the operator gave it (quoted for a
+    shell, password hidden); empty when the store came from ``IK_STORE``, which the suggested
+    command reads as well."""
+    if not store or store == os.environ.get("IK_STORE"):
+        return ""
+    return f" --store {shlex.quote(redact(store))}"
+
+
 def store_location(store: str | None) -> tuple[str, StoreLocation]:
     """The URL and what it names (taken apart by the durability factory, nowhere else)."""
     url = store_url(store)
@@ -170,29 +220,34 @@ def store_location(store: str | None) -> tuple[str, StoreLocation]:
 async def open_store(
     store: str | None, *, create: bool = False, pool_size: int = 2
 ) -> AsyncIterator[DurabilityStore]:
-    """Open the store (refusing a missing SQLite file unless ``create``) and close it after.
+    """Open the store and close it after.
 
-    ``create`` also applies pending migrations (a PostgreSQL schema is created and upgraded).
-    A command needs few connections, so a PostgreSQL pool stays at ``pool_size``.
+    Only ``create`` (the ``migrate`` command) creates a SQLite file or applies migrations; any
+    other command refuses a missing file (``STORE_NOT_FOUND``) or a missing or older schema
+    (``STORE_SCHEMA_MISSING``) and changes nothing. A command needs few connections, so a
+    PostgreSQL pool stays at ``pool_size``.
     """
     url, location = store_location(store)
     path = location.path
+    migrate = f"intention-kernel migrate{store_argument(store)}"
     if path is not None and not create and not path.exists():
-        raise CliError(
-            "STORE_NOT_FOUND",
-            f"no SQLite store at {path} (create one with: intention-kernel migrate --store {path})",
-        )
-    options: dict[str, Any] = {}
+        raise CliError("STORE_NOT_FOUND", f"no SQLite store at {path} (create one with: {migrate})")
+    options: dict[str, Any] = {"migrate": create}
     if location.backend == "postgresql":
         options = {"setup": create, "min_size": 1, "max_size": pool_size}
+    elif location.backend == "memory":
+        options = {}
     try:
         opened = await open_durability(url, **options)
     except StoreSchemaError as exc:
-        if exc.code is ErrorCode.STORE_SCHEMA_MISSING:
+        if exc.code is ErrorCode.STORE_SCHEMA_MISSING and "found" in exc.context:
+            found, expected = exc.context["found"], exc.context.get("expected")
             raise CliError(
                 "STORE_SCHEMA_MISSING",
-                "the store has no schema or an older one: run intention-kernel migrate",
+                f"the store has schema version {found} and this version needs {expected}:"
+                f" run {migrate}",
                 ExitCode.STORE,
+                {"found": found, "expected": expected},
             ) from None
         raise
     try:
@@ -205,11 +260,13 @@ def parse_duration(text: str) -> timedelta:
     """``90s``, ``30m``, ``12h``, ``30d``, ``2w`` (``1.5h`` too). A unit is required: a bare
     number would silently mean seconds, and a retention of seconds deletes nearly everything."""
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", text)
-    if match is None:
+    seconds = -1.0 if match is None else float(match.group(1)) * _UNITS[match.group(2)]
+    if not 0 <= seconds <= _LONGEST:
         raise CliError(
-            "INVALID_DURATION", f"{text!r} is not a duration like 90s, 30m, 12h, 30d or 2w"
+            "INVALID_DURATION",
+            f"{text!r} is not a duration like 90s, 30m, 12h, 30d or 2w (at most 100 years)",
         )
-    return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
+    return timedelta(seconds=seconds)
 
 
 def inspector(store: DurabilityStore) -> StoreInspector:
@@ -226,25 +283,50 @@ def inspector(store: DurabilityStore) -> StoreInspector:
 def _mapped(as_json: bool) -> Iterator[None]:
     try:
         yield
+    except (typer.Exit, typer.Abort):
+        raise
     except CliError as exc:
-        _fail(as_json, exc.code, exc.message, exc.exit_code, {})
+        _fail(as_json, exc.code, exc.message, exc.exit_code, exc.context)
     except KernelError as exc:
         _fail(as_json, str(exc.code), exc.message, exit_code_for(exc), exc.context)
     except OSError as exc:
         _fail(as_json, "STORE_UNAVAILABLE", f"{type(exc).__name__}: {exc}", ExitCode.STORE, {})
+    except Exception as exc:
+        if os.environ.get("IK_DEBUG") == "1":
+            raise
+        _fail(
+            as_json,
+            "INTERNAL_ERROR",
+            f"unexpected {type(exc).__name__}: {exc} (a bug: IK_DEBUG=1 shows where)",
+            ExitCode.STORE,
+            {},
+        )
+
+
+_SHOWN = ("thread_id", "setting", "scheme", "found", "expected", "secret_env", "filesystem")
+
+
+def report_error(
+    as_json: bool, code: str, message: str, context: dict[str, Any], hint: str = ""
+) -> None:
+    """Print an error: one JSON document on stdout with ``--json``, and always the line
+    ``error: [CODE] message (details)`` on stderr (``hint``, if any, on the next line)."""
+    message = redact(message)
+    context = {k: redact(v) if isinstance(v, str) else v for k, v in context.items()}
+    if as_json:
+        payload = {"error": {"code": code, "message": message, "context": context}}
+        print(json.dumps(to_jsonable(payload), sort_keys=True))
+    safe = {k: v for k, v in context.items() if k in _SHOWN}
+    detail = " (" + ", ".join(f"{k}={v}" for k, v in safe.items()) + ")" if safe else ""
+    err.print(f"error: [{code}] {message}{detail}", markup=False)
+    if hint:
+        err.print(hint, markup=False)
 
 
 def _fail(
     as_json: bool, code: str, message: str, exit_code: ExitCode, context: dict[str, Any]
 ) -> None:
-    if as_json:
-        payload = {"error": {"code": code, "message": message, "context": context}}
-        print(json.dumps(to_jsonable(payload), sort_keys=True))
-    detail = ""
-    safe = {k: v for k, v in context.items() if k in ("thread_id", "setting", "scheme", "found")}
-    if safe:
-        detail = " (" + ", ".join(f"{k}={v}" for k, v in safe.items()) + ")"
-    err.print(f"error: [{code}] {message}{detail}", markup=False)
+    report_error(as_json, code, message, context)
     raise typer.Exit(int(exit_code))
 
 

@@ -2,7 +2,9 @@
 
 Why in plain words: a stuck thread is found by an operator under pressure; a held lease, a
 pending confirmation, an uncertain write and an incompatible checkpoint look alike from outside
-(the next turn fails or waits), and each has a different remedy.
+(the next turn fails or waits), and each has a different remedy. Each remedy is a command line
+that runs as printed (the store as the operator gave it, or nothing when it came from
+``IK_STORE``), with any password hidden.
 """
 
 from __future__ import annotations
@@ -14,9 +16,20 @@ import typer
 
 from ..contracts.errors import CheckpointIncompatibleError
 from ..contracts.receipts import ReceiptStatus
+from ..durability.factory import redact
 from ..kernel.compat import admit_checkpoint
 from ._agent import load_compatibility
-from ._common import ExitCode, JsonOpt, StoreOpt, emit, inspector, open_store, out, run
+from ._common import (
+    ExitCode,
+    JsonOpt,
+    StoreOpt,
+    emit,
+    inspector,
+    open_store,
+    out,
+    run,
+    store_argument,
+)
 from .threads import require_thread, thread_app
 
 __all__ = ["register"]
@@ -27,7 +40,13 @@ def register(app: typer.Typer) -> None:
 
 
 def _finding(kind: str, blocking: bool, detail: str, resolve: str) -> dict[str, Any]:
-    return {"kind": kind, "blocking": blocking, "detail": detail, "resolve": resolve}
+    # A holder's command line or a stored text may carry a password as well.
+    return {
+        "kind": kind,
+        "blocking": blocking,
+        "detail": redact(detail),
+        "resolve": redact(resolve),
+    }
 
 
 def diagnose(
@@ -44,7 +63,7 @@ def diagnose(
 
     async def body() -> dict[str, Any]:
         findings: list[dict[str, Any]] = []
-        store_arg = f"--store {q(store or '$IK_STORE')}"
+        store_arg = store_argument(store)
         async with open_store(store) as opened:
             checkpoint = await require_thread(opened, thread_id)
             lease = await inspector(opened).lease_info(thread_id)
@@ -84,7 +103,7 @@ def diagnose(
             base = f"intention-kernel reconcile {q(thread_id)} {q(r.idempotency_key)}"
             resolve = (
                 f"check the provider, then: {base} --completed --value JSON"
-                f" --note TEXT --actor NAME {store_arg}  (or --not-applied)"
+                f" --note TEXT --actor NAME{store_arg}  (or --not-applied)"
             )
             if r.status is ReceiptStatus.UNCERTAIN:
                 findings.append(
@@ -140,7 +159,7 @@ def diagnose(
                     False,
                     f"{len(dead)} outbox event(s) were given up after repeated failures"
                     f" (positions {dead[:10]}); later events of this thread wait behind them.",
-                    f"fix the sink, then: intention-kernel outbox requeue {store_arg}"
+                    f"fix the sink, then: intention-kernel outbox requeue{store_arg}"
                     f" --thread-id {q(thread_id)}",
                 )
             )
@@ -150,7 +169,7 @@ def diagnose(
                     "undelivered_events",
                     False,
                     f"{len(undelivered)} outbox event(s) are not delivered yet.",
-                    f"run a relay: intention-kernel outbox relay {store_arg} --sink URL",
+                    f"run a relay: intention-kernel outbox relay{store_arg} --sink URL",
                 )
             )
         return {

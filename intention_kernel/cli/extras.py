@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Annotated
 
 import typer
+
+from ._common import run
 
 __all__ = ["register"]
 
@@ -21,10 +22,14 @@ def demo(
         typer.Option("--dir", help="Keep demo.db here (default: a temporary directory)."),
     ] = None,
 ) -> None:
-    """Run the demo: a scripted agent on the embedded store, a lost response, a reconcile.
+    """Run the demo: a scripted agent on the embedded store, a lost response, a reconcile, a
+    worker killed mid-turn.
 
     With --dir the store stays, so the other commands can inspect it afterwards.
     """
     from ..demo import main
 
-    asyncio.run(main([] if directory is None else ["--dir", str(directory)]))
+    async def body() -> None:
+        await main([] if directory is None else ["--dir", str(directory)])
+
+    run(False, body)

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
+from ..contracts.errors import ConfigurationError
 from ..durability.factory import read_schema_info
 from ._common import (
     CliError,
@@ -25,6 +26,9 @@ from ._common import (
 )
 
 __all__ = ["register"]
+
+_LISTED = 20
+"""Turns ``prune`` names one by one; the rest are counted."""
 
 
 def register(app: typer.Typer) -> None:
@@ -62,12 +66,29 @@ def status(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
 def migrate(
     store: StoreOpt = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="List what would run.")] = False,
+    create_dir: Annotated[
+        bool,
+        typer.Option(
+            "--create-dir", help="Create the SQLite file's missing directory (mode 0700)."
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Bring the store's schema up to date (creates a new SQLite file)."""
+    """Bring the store's schema up to date (creates a new SQLite file, 0600, in an existing
+    directory; --create-dir creates the directory too)."""
 
     async def body() -> dict[str, Any]:
-        url, _ = store_location(store)  # refuses an unknown scheme as every command does
+        url, location = store_location(store)  # refuses an unknown scheme as every command
+        directory = None if location.path is None else location.path.parent
+        created_dir = None
+        if directory is not None and not directory.is_dir():
+            if not create_dir:
+                raise ConfigurationError(
+                    f"the directory {directory} does not exist (a mistyped path would start an"
+                    " empty store); create it, or add --create-dir",
+                    context={"setting": "url"},
+                )
+            created_dir = str(directory)
         before = await read_schema_info(url)
         if before.version > before.supported:
             raise CliError(
@@ -77,6 +98,8 @@ def migrate(
             )
         applied: list[str] = []
         if not dry_run and before.pending:
+            if directory is not None and created_dir is not None:
+                directory.mkdir(mode=0o700, parents=True, exist_ok=True)
             async with open_store(store, create=True) as opened:  # opening migrates
                 after = await inspector(opened).schema_info()
             applied = list(before.pending)
@@ -85,6 +108,7 @@ def migrate(
             before_version = version = before.version
         return {
             "dry_run": dry_run,
+            "created_dir": created_dir,
             "version_before": before_version,
             "version": version,
             "supported": before.supported,
@@ -95,6 +119,9 @@ def migrate(
     data = run(as_json, body)
 
     def human() -> None:
+        if data["created_dir"]:
+            verb = "would create" if dry_run else "created"
+            out.print(f"{verb} the directory {data['created_dir']}", markup=False)
         if dry_run:
             if data["pending"]:
                 out.print(f"would apply {len(data['pending'])} migration(s):")
@@ -132,7 +159,9 @@ def prune(
             f" event(s) older than {report.cutoff.isoformat(timespec='seconds')};"
             f" kept {report.kept_turns} old turn(s) that hold live obligations"
         )
-        for thread_id, turn_id in report.turns[:20]:
+        for thread_id, turn_id in report.turns[:_LISTED]:
             out.print(f"  turn {thread_id}/{turn_id}", markup=False)
+        if len(report.turns) > _LISTED:
+            out.print(f"  … and {len(report.turns) - _LISTED} more (--json lists them all)")
 
     emit(as_json, report, human)

@@ -17,10 +17,10 @@ from contextlib import contextmanager
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from ..contracts.durability import DurabilityStore
 from ..contracts.outbox import OutboxSource
+from ..durability.factory import redact
 from ..relay import Backoff, BatchReport, OutboxRelay, RelayStats, open_sink
 from ._common import (
     CliError,
@@ -33,6 +33,7 @@ from ._common import (
     out,
     parse_duration,
     print_fields,
+    print_table,
     run,
 )
 
@@ -77,11 +78,22 @@ def outbox_source(store: DurabilityStore) -> OutboxSource:
     return store
 
 
+class _Redacted(logging.Filter):
+    """Hides passwords in every record (a driver's message may quote a URL)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg = redact(record.getMessage())
+        record.args = ()
+        return True
+
+
 @contextmanager
 def _log_to_stderr() -> Iterator[None]:
-    """The relay's progress and warnings on stderr while the command runs (and only then)."""
+    """The relay's progress and warnings on stderr while the command runs (and only then),
+    with passwords hidden."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    handler.addFilter(_Redacted())
     logger = logging.getLogger("intention_kernel")
     level = logger.level
     logger.addHandler(handler)
@@ -217,17 +229,21 @@ def dead(
     data = run(as_json, body)
 
     def human() -> None:
-        table = Table("position", "thread", "turn", "type", "attempts", "last error")
-        for stored in data["events"]:
-            table.add_row(
-                str(stored.position),
-                stored.event.thread_id,
-                stored.event.turn_id,
-                stored.event.type,
-                str(stored.attempts),
-                stored.last_error or "-",
-            )
-        out.print(table)
+        print_table(
+            ("position", "thread", "turn", "type", "attempts", "last error"),
+            [
+                (
+                    str(stored.position),
+                    stored.event.thread_id,
+                    stored.event.turn_id,
+                    stored.event.type,
+                    str(stored.attempts),
+                    stored.last_error or "-",
+                )
+                for stored in data["events"]
+            ],
+            ids=("thread", "turn", "type"),
+        )
 
     emit(as_json, data, human)
 

@@ -1,7 +1,10 @@
 """``receipts`` and ``reconcile``: find uncertain writes and record what really happened.
 
 Why the operator must say ``--completed --value`` or ``--not-applied``: only someone who looked
-at the provider knows; the next turn then replays the value or retries once.
+at the provider knows; the next turn then replays the value or retries once. ``--completed``
+needs the value (``--value null`` when the provider returned nothing): a forgotten value would
+be replayed as the provider's result. ``reconcile`` shows what it will record and asks before
+writing (``--yes`` for scripts).
 
 A ``prepared`` receipt whose turn is not running any more (no live holder of the thread's lease)
 was interrupted before its outcome was recorded: the store lists it among the uncertain ones, as
@@ -17,11 +20,27 @@ from typing import Annotated, Any
 
 import typer
 from pydantic import JsonValue
-from rich.table import Table
 
 from ..contracts.durability import DurabilityStore
-from ..contracts.receipts import EffectReceipt, ReceiptStatus, ReconcileOutcome
-from ._common import CliError, JsonOpt, StoreOpt, age, emit, open_store, out, run
+from ..contracts.receipts import (
+    EffectReceipt,
+    ReceiptStatus,
+    ReconcileOutcome,
+    ReconciliationRecord,
+)
+from ._common import (
+    CliError,
+    ExitCode,
+    JsonOpt,
+    StoreOpt,
+    age,
+    emit,
+    err,
+    open_store,
+    out,
+    print_table,
+    run,
+)
 
 __all__ = ["interrupted_keys", "register", "status_label"]
 
@@ -106,20 +125,26 @@ def receipts(
 
     def human() -> None:
         if history:
-            table = Table("recorded", "thread", "key", "outcome", "actor", "note")
-            for rec in data["reconciliations"]:
-                table.add_row(
-                    rec.recorded_at.isoformat(timespec="seconds"),
-                    rec.thread_id,
-                    rec.idempotency_key,
-                    rec.outcome,
-                    rec.actor,
-                    rec.note,
-                )
-        else:
-            table = Table("age", "thread", "capability", "key", "turn", "status")
-            for r in data["receipts"]:
-                table.add_row(
+            print_table(
+                ("recorded", "thread", "key", "outcome", "actor", "note"),
+                [
+                    (
+                        rec.recorded_at.isoformat(timespec="seconds"),
+                        rec.thread_id,
+                        rec.idempotency_key,
+                        rec.outcome,
+                        rec.actor,
+                        rec.note,
+                    )
+                    for rec in data["reconciliations"]
+                ],
+                ids=("thread", "key"),
+            )
+            return
+        print_table(
+            ("age", "thread", "capability", "key", "turn", "status"),
+            [
+                (
                     r["age"],
                     r["thread_id"],
                     r["capability_id"],
@@ -127,19 +152,67 @@ def receipts(
                     r["turn_id"],
                     status_label(r["status"], r["interrupted"]),
                 )
-        out.print(table)
+                for r in data["receipts"]
+            ],
+            ids=("thread", "capability", "key", "turn"),
+        )
 
     emit(as_json, data, human)
 
 
-def parse_value(text: str | None) -> JsonValue:
-    if text is None:
-        return None
+_AWAITING = (ReceiptStatus.UNCERTAIN, ReceiptStatus.PREPARED)
+"""Receipts a reconciliation resolves (others are refused by the store, with nothing to ask)."""
+
+
+def parse_value(text: str) -> JsonValue:
     try:
         value: JsonValue = json.loads(text)
+    except RecursionError:
+        raise CliError("INVALID_JSON", "--value is nested too deeply") from None
     except ValueError as exc:
         raise CliError("INVALID_JSON", f"--value is not valid JSON: {exc}") from None
     return value
+
+
+def _confirm(
+    receipt: EffectReceipt,
+    outcome: ReconcileOutcome,
+    value: JsonValue,
+    note: str,
+    actor: str,
+    replaces: ReconciliationRecord | None = None,
+) -> None:
+    """Show exactly what will be recorded, on stderr (stdout may be JSON), and ask."""
+    effect = (
+        "the next turn replays this value as the provider's result"
+        if outcome == "completed"
+        else "the receipt becomes failed and the next turn may call the provider once more"
+    )
+    lines = [
+        f"thread {receipt.thread_id}, receipt {receipt.idempotency_key}"
+        f" ({receipt.capability_id}, turn {receipt.turn_id}, now {receipt.status})",
+        f"  outcome: {outcome}: {effect}",
+    ]
+    if outcome == "completed":
+        lines.append(f"  value:   {json.dumps(value, ensure_ascii=False, sort_keys=True)}")
+    lines += [f"  note:    {note}", f"  actor:   {actor}"]
+    if replaces is not None:
+        earlier = f"  corrects the reconciliation {replaces.id} by {replaces.actor}"
+        earlier += f" ({replaces.recorded_at.isoformat(timespec='seconds')}): {replaces.outcome}"
+        if replaces.outcome == "completed":
+            earlier += f", value {json.dumps(replaces.value, ensure_ascii=False, sort_keys=True)}"
+        lines.append(earlier)
+    err.print("\n".join(lines), markup=False)
+    try:
+        confirmed = typer.confirm("Record this in the audit log?", default=False, err=True)
+    except typer.Abort:  # no answer (stdin closed): the same as no
+        confirmed = False
+    if not confirmed:
+        raise CliError(
+            "NOT_CONFIRMED",
+            "nothing was recorded (--yes records without asking)",
+            ExitCode.FINDINGS,
+        )
 
 
 def reconcile(
@@ -153,28 +226,56 @@ def reconcile(
         bool, typer.Option("--not-applied", help="The write did not happen (a retry may run).")
     ] = False,
     value: Annotated[
-        str | None, typer.Option("--value", help="The provider's result, as JSON.")
+        str | None,
+        typer.Option(
+            "--value",
+            help="The provider's result, as JSON (required with --completed; 'null' for none).",
+        ),
     ] = None,
     note: Annotated[str, typer.Option("--note", help="Evidence: what you checked.")] = "",
     actor: Annotated[str, typer.Option("--actor", help="Who decided (audit log).")] = "",
+    correct: Annotated[
+        bool,
+        typer.Option(
+            "--correct",
+            help="Correct this receipt's last reconciliation (a new audit record supersedes it).",
+        ),
+    ] = False,
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help="Record without asking (for scripts).")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Resolve an uncertain (or interrupted prepared) receipt; recorded in the audit log (see
-    receipts --history). A prepared receipt is resolved holding the thread's lease: while a
-    turn still runs it, this waits for the store's lock timeout, then fails (LOCK_TIMEOUT)."""
+    """Resolve an uncertain (or interrupted prepared) receipt, or --correct a reconciliation;
+    recorded in the audit log (see receipts --history). Shows what will be recorded and asks
+    first, unless --yes. A prepared receipt is resolved holding the thread's lease: while a turn
+    still runs it, this waits for the store's lock timeout, then fails (LOCK_TIMEOUT)."""
 
     async def body() -> dict[str, Any]:
         if completed == not_applied:
             raise CliError("INVALID_OUTCOME", "give exactly one of --completed or --not-applied")
         if not_applied and value is not None:
             raise CliError("INVALID_OUTCOME", "--value goes with --completed only")
+        if completed and value is None:
+            raise CliError(
+                "VALUE_REQUIRED",
+                "--completed needs --value: the provider's result as JSON, replayed by the"
+                " next turn (--value null if it returned nothing)",
+            )
         if not note.strip() or not actor.strip():
             raise CliError("AUDIT_REQUIRED", "give --note (the evidence) and --actor (who)")
         outcome: ReconcileOutcome = "completed" if completed else "not_applied"
-        parsed = parse_value(value)
+        parsed = None if value is None else parse_value(value)
         async with open_store(store) as opened:
+            current = await opened.get_receipt(thread_id, key)
+            if correct:
+                history = await opened.reconciliations(thread_id=thread_id, idempotency_key=key)
+                if not yes and current is not None and history:
+                    _confirm(current, outcome, parsed, note, actor, history[-1])
+            elif not yes and current is not None and current.status in _AWAITING:
+                _confirm(current, outcome, parsed, note, actor)
             receipt = await opened.reconcile(
-                thread_id, key, outcome, value=parsed, note=note, actor=actor
+                thread_id, key, outcome, value=parsed, note=note, actor=actor, correct=correct
             )
         return {"receipt": receipt, "outcome": outcome}
 

@@ -6,12 +6,22 @@ import json
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from ..contracts.checkpoint import KernelCheckpoint
 from ..contracts.durability import DurabilityStore
 from ..contracts.turns import DurableTurnResult
-from ._common import CliError, JsonOpt, StoreOpt, age, emit, inspector, open_store, out, run
+from ._common import (
+    CliError,
+    JsonOpt,
+    StoreOpt,
+    age,
+    emit,
+    inspector,
+    open_store,
+    out,
+    print_table,
+    run,
+)
 from .receipts import interrupted_keys, status_label
 
 __all__ = ["register", "require_thread", "thread_app"]
@@ -67,17 +77,21 @@ def threads(
     data = run(as_json, body)
 
     def human() -> None:
-        table = Table("thread", "revision", "head turn", "turns", "last commit", "uncertain")
-        for r in data["threads"]:
-            table.add_row(
-                r.thread_id,
-                str(r.revision),
-                r.head_turn_id or "-",
-                str(r.turns),
-                age(r.last_commit_at) + " ago" if r.last_commit_at else "-",
-                str(r.uncertain_receipts),
-            )
-        out.print(table)
+        print_table(
+            ("thread", "revision", "head turn", "turns", "last commit", "uncertain"),
+            [
+                (
+                    r.thread_id,
+                    str(r.revision),
+                    r.head_turn_id or "-",
+                    str(r.turns),
+                    age(r.last_commit_at) + " ago" if r.last_commit_at else "-",
+                    str(r.uncertain_receipts),
+                )
+                for r in data["threads"]
+            ],
+            ids=("thread", "head turn"),
+        )
         if data["next_after"]:
             out.print(f"more: --after {data['next_after']}", markup=False)
 
@@ -222,11 +236,14 @@ def turns(
     data = run(as_json, body)
 
     def human() -> None:
-        table = Table("revision", "turn", "input", "response")
-        for t in data["turns"]:
-            response = _brief(t["response"])
-            table.add_row(str(t["revision"]), t["turn_id"], t["input"] or "-", response)
-        out.print(table)
+        print_table(
+            ("revision", "turn", "input", "response"),
+            [
+                (str(t["revision"]), t["turn_id"], t["input"] or "-", _brief(t["response"]))
+                for t in data["turns"]
+            ],
+            ids=("turn",),
+        )
 
     emit(as_json, data, human)
 
@@ -239,10 +256,13 @@ def events(
     limit: Annotated[int, typer.Option(min=1, max=10_000)] = 100,
     as_json: JsonOpt = False,
 ) -> None:
-    """Outbox events with their delivery state (pending, delivered, dead)."""
+    """Outbox events with their delivery state (pending, delivered, dead). An unknown --thread
+    is an error (THREAD_NOT_FOUND), as for turns."""
 
     async def body() -> list[dict[str, Any]]:
         async with open_store(store) as opened:
+            if thread is not None:
+                await require_thread(opened, thread)
             rows = await opened.read_outbox(
                 thread_id=thread, turn_id=turn, after_position=after, limit=limit
             )
@@ -264,16 +284,20 @@ def events(
     data = run(as_json, body)
 
     def human() -> None:
-        table = Table("position", "thread", "turn", "type", "state", "attempts")
-        for e in data:
-            table.add_row(
-                str(e["position"]),
-                e["thread_id"],
-                e["turn_id"],
-                e["type"],
-                e["state"],
-                str(e["attempts"]),
-            )
-        out.print(table)
+        print_table(
+            ("position", "thread", "turn", "type", "state", "attempts"),
+            [
+                (
+                    str(e["position"]),
+                    e["thread_id"],
+                    e["turn_id"],
+                    e["type"],
+                    e["state"],
+                    str(e["attempts"]),
+                )
+                for e in data
+            ],
+            ids=("thread", "turn", "type"),
+        )
 
     emit(as_json, {"events": data}, human)

@@ -15,3 +15,7 @@ def factory() -> Any:
 
 
 not_an_agent = 42
+
+
+def failing_factory() -> Any:
+    raise RuntimeError("the agent factory needs a database")

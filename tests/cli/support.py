@@ -42,8 +42,8 @@ __all__ = [
 _runner = CliRunner()
 
 
-def cli(*args: str, env: dict[str, str] | None = None) -> Result:
-    return _runner.invoke(app, list(args), env={"COLUMNS": "200", **(env or {})})
+def cli(*args: str, env: dict[str, str] | None = None, input: str | None = None) -> Result:
+    return _runner.invoke(app, list(args), env={"COLUMNS": "200", **(env or {})}, input=input)
 
 
 def cli_json(*args: str, code: int = 0) -> Any:

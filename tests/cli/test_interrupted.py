@@ -113,6 +113,7 @@ def test_reconcile_an_interrupted_prepared_receipt(seeded: Seeded) -> None:
         "charge found at the provider",
         "--actor",
         "ops",
+        "--yes",
     )
     assert data["receipt"]["status"] == "completed"
     assert data["receipt"]["value"] == {"charge_id": "ch_seen"}

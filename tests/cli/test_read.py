@@ -94,7 +94,7 @@ def test_events_with_delivery_state(sqlite_seeded: Seeded) -> None:
     human = cli("events", "--store", seeded.store)
     assert "delivered" in human.stdout and "dead" in human.stdout
     status = cli_json("status", "--store", seeded.store)
-    assert status == {
+    expected = {
         "backend": "sqlite",
         "dead_events": 1,
         "schema_version": SQLITE_VERSION,
@@ -103,6 +103,7 @@ def test_events_with_delivery_state(sqlite_seeded: Seeded) -> None:
         "uncertain_receipts": 1,
         "undelivered_events": 2,
     }
+    assert {key: status[key] for key in expected} == expected
 
 
 @pytest.mark.parametrize(

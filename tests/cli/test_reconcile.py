@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
+
+from typer.testing import Result
 
 from .conftest import Seeded
 from .support import cli, cli_json, commit_turn
@@ -51,6 +54,7 @@ def test_reconcile_completed_round_trip(seeded: Seeded) -> None:
         "seen in dashboard",
         "--actor",
         "ops",
+        "--yes",
     )
     assert result.exit_code == 0, result.stderr
     assert "now completed" in result.stdout
@@ -78,6 +82,7 @@ def test_reconcile_not_applied_retries_once(seeded: Seeded) -> None:
         "no charge at the provider",
         "--actor",
         "ops",
+        "--yes",
     )
     assert data["outcome"] == "not_applied" and data["receipt"]["status"] == "failed"
     response = _retry(seeded)
@@ -125,3 +130,67 @@ def test_reconcile_errors(seeded: Seeded) -> None:
     )
     assert missing.exit_code == 2 and "[RECEIPT_NOT_FOUND]" in missing.stderr
     assert cli_json("receipts", "--store", seeded.store)["receipts"][0]["status"] == "uncertain"
+
+
+def _reconcile(seeded: Seeded, *extra: str, stdin: str | None = None) -> Result:
+    args = ["reconcile", "t-unc", KEY, "--store", seeded.store, "--note", "n", "--actor", "ops"]
+    return cli(*args, *extra, input=stdin)
+
+
+def _status(seeded: Seeded) -> list[str]:
+    return [r["status"] for r in cli_json("receipts", "--store", seeded.store)["receipts"]]
+
+
+def test_completed_requires_a_value_and_null_must_be_explicit(seeded: Seeded) -> None:
+    missing = _reconcile(seeded, "--completed", "--yes")
+    assert missing.exit_code == 2 and "[VALUE_REQUIRED]" in missing.stderr
+    assert "--value null" in missing.stderr
+    assert _status(seeded) == ["uncertain"]
+    explicit = _reconcile(seeded, "--completed", "--value", "null", "--yes", "--json")
+    assert explicit.exit_code == 0, explicit.stderr
+    assert json.loads(explicit.stdout)["receipt"]["status"] == "completed"
+    [record] = cli_json("receipts", "--store", seeded.store, "--history")["reconciliations"]
+    assert record["value"] is None
+
+
+def test_reconcile_shows_what_it_records_and_asks_first(seeded: Seeded) -> None:
+    value = '{"charge_id": "ch_found", "amount": 990}'
+    declined = _reconcile(seeded, "--completed", "--value", value, stdin="n\n")
+    assert declined.exit_code == 1, (declined.stdout, declined.stderr)
+    for shown in ("t-unc", KEY, "completed", '"charge_id": "ch_found"', "ops", "[y/N]"):
+        assert shown in declined.stderr, declined.stderr
+    assert "[NOT_CONFIRMED]" in declined.stderr
+    assert _status(seeded) == ["uncertain"]
+    no_answer = _reconcile(seeded, "--completed", "--value", value, "--json")  # stdin at EOF
+    assert no_answer.exit_code == 1
+    assert json.loads(no_answer.stdout)["error"]["code"] == "NOT_CONFIRMED"
+    assert _status(seeded) == ["uncertain"]
+    accepted = _reconcile(seeded, "--completed", "--value", value, "--json", stdin="y\n")
+    assert accepted.exit_code == 0, accepted.stderr
+    document = accepted.stdout[accepted.stdout.index("{") :]  # the runner echoes the answer
+    assert json.loads(document)["receipt"]["value"] == json.loads(value)
+    assert _status(seeded) == []
+
+
+def test_a_wrong_value_is_corrected_with_an_audit_trail(seeded: Seeded) -> None:
+    first = _reconcile(seeded, "--completed", "--value", '{"charge_id": "ch_typo"}', "--yes")
+    assert first.exit_code == 0, first.stderr
+    declined = _reconcile(
+        seeded, "--completed", "--value", '{"charge_id": "ch_found"}', "--correct", stdin="n\n"
+    )
+    assert declined.exit_code == 1 and "corrects the reconciliation" in declined.stderr
+    assert '"charge_id": "ch_typo"' in declined.stderr
+    fixed = _reconcile(
+        seeded, "--completed", "--value", '{"charge_id": "ch_found"}', "--correct", stdin="y\n"
+    )
+    assert fixed.exit_code == 0, fixed.stderr
+    [old, new] = cli_json("receipts", "--store", seeded.store, "--history")["reconciliations"]
+    assert new["supersedes"] == old["id"] and new["value"] == {"charge_id": "ch_found"}
+    response = _retry(seeded)
+    assert response["charge"] == {"charge_id": "ch_found"}
+
+
+def test_correcting_an_unreconciled_receipt_is_refused(seeded: Seeded) -> None:
+    result = _reconcile(seeded, "--not-applied", "--correct", "--yes")
+    assert result.exit_code == 2 and "[RECEIPT_NOT_RECONCILED]" in result.stderr
+    assert _status(seeded) == ["uncertain"]

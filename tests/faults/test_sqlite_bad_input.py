@@ -51,9 +51,16 @@ def tmpfs(mount_point: Path, size: str) -> Iterator[Path]:
     subprocess.run(
         ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount_point)], check=True
     )
+    # A store on tmpfs is refused (a power loss loses it) unless explicitly allowed.
+    allowed = os.environ.get("IK_SQLITE_ALLOW_RAM")
+    os.environ["IK_SQLITE_ALLOW_RAM"] = "1"
     try:
         yield mount_point
     finally:
+        if allowed is None:
+            del os.environ["IK_SQLITE_ALLOW_RAM"]
+        else:
+            os.environ["IK_SQLITE_ALLOW_RAM"] = allowed
         subprocess.run(["umount", "-l", str(mount_point)], check=True)
 
 

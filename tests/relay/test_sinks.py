@@ -56,7 +56,8 @@ BAD_URLS = [
 
 @pytest.fixture(autouse=True)
 def _secret(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("IK_TEST_SECRET", "s3cret")
+    # A Standard Webhooks secret ("whsec_" + base64 of the key) whose key holds "s3cret".
+    monkeypatch.setenv("IK_TEST_SECRET", "whsec_czNjcmV0LWtleS0wMTIzNDU2Nzg5")
 
 
 @pytest.mark.parametrize("url", BAD_URLS)

@@ -4,53 +4,60 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
+from standardwebhooks import Webhook, WebhookVerificationError
 
-from intention_kernel.contracts import KernelEvent
-from intention_kernel.relay import Backoff, OutboxRelay, open_sink, sign, verify_signature
-from intention_kernel.relay.signing import EVENT_ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER
+from intention_kernel.contracts import ConfigurationError, KernelEvent
+from intention_kernel.relay import Backoff, OutboxRelay, open_sink
+from intention_kernel.relay.signing import ID_HEADER, new_secret, signature_headers
 from intention_kernel.testing import MemoryDurability
 
 from ._net import free_port
 from ._support import FAST, commit_workload, eventually, first_delivery_order, run_until_drained
 
-SECRET = "whsec-test-0123456789"
+SECRET = new_secret()
 
 
 class Receiver:
-    """A webhook endpoint on 127.0.0.1 that verifies every request like a real consumer."""
+    """A webhook endpoint on 127.0.0.1 that verifies every request like a real consumer: with
+    the reference Standard Webhooks verifier, deduplicating on the signed id."""
 
     def __init__(self, port: int | None = None) -> None:
         self.port = port or free_port()
         self.events: list[KernelEvent] = []
         self.refused = 0
+        self.duplicates = 0
         self.status_for: dict[str, int] = {}
+        self.requests: list[tuple[dict[str, str], bytes]] = []
         self._server: ThreadingHTTPServer | None = None
+        self._seen: set[str] = set()
+        verifier = Webhook(SECRET)
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                ok = verify_signature(
-                    SECRET,
-                    timestamp=self.headers.get(TIMESTAMP_HEADER, ""),
-                    body=body,
-                    signature=self.headers.get(SIGNATURE_HEADER, ""),
-                )
-                if not ok:
+                headers = dict(self.headers.items())
+                try:
+                    verifier.verify(body, headers)
+                except WebhookVerificationError:
                     receiver.refused += 1
                     self._answer(401)
                     return
+                receiver.requests.append((headers, body))
                 event = KernelEvent.model_validate_json(body)
-                assert self.headers[EVENT_ID_HEADER] == event.id
+                assert self.headers[ID_HEADER] == event.id
                 status = receiver.status_for.get(event.id, 204)
                 if status < 300:
-                    receiver.events.append(event)
+                    if event.id in receiver._seen:
+                        receiver.duplicates += 1
+                    else:
+                        receiver._seen.add(event.id)
+                        receiver.events.append(event)
                 self._answer(status)
 
             def _answer(self, status: int) -> None:
@@ -109,41 +116,91 @@ async def test_webhook_delivers_signed_events_in_thread_order_with_three_relays(
     assert first_delivery_order(receiver.events) == committed
 
 
-async def test_receiver_rejects_a_tampered_body(receiver: Receiver) -> None:
+async def test_receiver_rejects_a_tampered_body_and_another_id(receiver: Receiver) -> None:
     body = b'{"id":"evt_1","amount":10}'
-    timestamp = str(int(time.time()))
-    headers = {TIMESTAMP_HEADER: timestamp, SIGNATURE_HEADER: sign(SECRET, timestamp, body)}
+    headers = signature_headers(SECRET, "evt_1", body)
     async with httpx.AsyncClient() as client:
         tampered = await client.post(
             receiver.url, content=body.replace(b"10", b"99"), headers=headers
         )
+        other_id = await client.post(
+            receiver.url, content=body, headers={**headers, ID_HEADER: "evt_2"}
+        )
         wrong_secret = await client.post(
-            receiver.url,
-            content=body,
-            headers={**headers, SIGNATURE_HEADER: sign("other", timestamp, body)},
+            receiver.url, content=body, headers=signature_headers(new_secret(), "evt_1", body)
         )
         unsigned = await client.post(receiver.url, content=body)
-    assert (tampered.status_code, wrong_secret.status_code, unsigned.status_code) == (
-        401,
-        401,
-        401,
-    )
-    assert receiver.refused == 3 and receiver.events == []
+    statuses = [r.status_code for r in (tampered, other_id, wrong_secret, unsigned)]
+    assert statuses == [401, 401, 401, 401]
+    assert receiver.refused == 4 and receiver.events == []
 
 
-def test_verify_signature_checks_secret_body_age_and_rotation() -> None:
-    body, now = b'{"a":1}', 1_800_000_000
-    stamp = str(now)
-    good = sign(SECRET, stamp, body)
-    assert good.startswith("v1=")
-    assert verify_signature(SECRET, timestamp=stamp, body=body, signature=good, now=now)
-    assert not verify_signature(SECRET, timestamp=stamp, body=b'{"a":2}', signature=good, now=now)
-    assert not verify_signature("other", timestamp=stamp, body=body, signature=good, now=now)
-    assert not verify_signature(SECRET, timestamp=stamp, body=body, signature=good, now=now + 301)
-    assert not verify_signature(SECRET, timestamp="soon", body=body, signature=good, now=now)
-    assert not verify_signature(SECRET, timestamp=stamp, body=body, signature="", now=now)
-    rotated = f"{sign('old-secret', stamp, body)}, {good}"
-    assert verify_signature(SECRET, timestamp=stamp, body=body, signature=rotated, now=now)
+async def test_a_replayed_delivery_is_deduplicated_by_its_signed_id(receiver: Receiver) -> None:
+    store = MemoryDurability()
+    await commit_workload(store, threads=1, turns=1, per_turn=1)
+    sink = open_sink(receiver.sink_url())
+    try:
+        await run_until_drained(store, [OutboxRelay(store, sink, poll_interval=0.01)])
+    finally:
+        await sink.close()
+    [(headers, body)] = receiver.requests
+    async with httpx.AsyncClient() as client:
+        replay = await client.post(receiver.url, content=body, headers=headers)
+        renamed = await client.post(
+            receiver.url, content=body, headers={**headers, ID_HEADER: "evt_new"}
+        )
+    assert (replay.status_code, renamed.status_code) == (204, 401)
+    assert len(receiver.events) == 1 and receiver.duplicates == 1
+
+
+@pytest.mark.parametrize(
+    ("secret", "accepted"),
+    [
+        (None, False),
+        ("", False),
+        ("plain-text-secret", False),
+        ("whsec_", False),
+        ("whsec_%%%", False),
+        (SECRET, True),
+        (f"{SECRET} {new_secret()}", True),  # rotation: signed with both
+    ],
+)
+def test_the_webhook_secret_must_be_a_standard_one(
+    monkeypatch: pytest.MonkeyPatch, secret: str | None, accepted: bool
+) -> None:
+    if secret is None:
+        monkeypatch.delenv("IK_HOOK_SECRET_T", raising=False)
+    else:
+        monkeypatch.setenv("IK_HOOK_SECRET_T", secret)
+    url = "webhook+https://hooks.example/events?secret_env=IK_HOOK_SECRET_T"
+    if accepted:
+        assert open_sink(url) is not None
+        return
+    with pytest.raises(ConfigurationError) as caught:
+        open_sink(url)
+    assert caught.value.context.get("secret_env") == "IK_HOOK_SECRET_T"
+    assert not secret or secret == "whsec_" or secret not in str(caught.value.to_json())
+
+
+async def test_rotation_signs_with_every_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    old = new_secret()
+    monkeypatch.setenv("IK_WEBHOOK_SECRET", f"{SECRET} {old}")
+    receiver = Receiver()
+    receiver.start()
+    old_receiver = Webhook(old)
+    try:
+        store = MemoryDurability()
+        await commit_workload(store, threads=1, turns=1, per_turn=1)
+        sink = open_sink(receiver.sink_url())
+        try:
+            await run_until_drained(store, [OutboxRelay(store, sink, poll_interval=0.01)])
+        finally:
+            await sink.close()
+    finally:
+        receiver.stop()
+    [(headers, body)] = receiver.requests
+    assert len(headers["webhook-signature"].split(" ")) == 2
+    old_receiver.verify(body, headers)  # a receiver still on the old secret accepts it too
 
 
 async def test_webhook_status_codes_map_to_retry_and_dead_letter(receiver: Receiver) -> None:

@@ -6,6 +6,10 @@ bounded number of times with jitter; it is never wrapped around a provider call.
 connection is ``STORE_UNAVAILABLE`` and retryable: the turn's retry finds a commit that did
 happen (ambiguous commit) by its stored turn. Everything else is not retryable. ``bounded``
 puts a time limit on a statement: one that did not finish in time is ``STORE_BUSY``.
+
+A connection the server refuses for a reason an operator fixes in the URL (the database or
+the role does not exist, the password is wrong, a parameter the driver cannot use) is a
+``ConfigurationError`` with the server's own words, never the URL's password.
 """
 
 from __future__ import annotations
@@ -18,7 +22,14 @@ from typing import TypeVar
 
 import asyncpg
 
-from ...contracts.errors import DurabilityError, ErrorCode, KernelError, StoreSchemaError
+from ...contracts.errors import (
+    ConfigurationError,
+    DurabilityError,
+    ErrorCode,
+    KernelError,
+    StoreSchemaError,
+)
+from ..factory import redact
 
 __all__ = ["MAX_ATTEMPTS", "TIMED_OUT", "bounded", "map_error", "retrying", "translated"]
 
@@ -50,13 +61,35 @@ _STATES: tuple[tuple[str, ErrorCode, bool, str], ...] = (
 
 _SCHEMA_STATES = frozenset({"42P01", "3F000", "42703"})
 
+# The server refused the connection for what the URL says (which database, which role).
+_SETTING_STATES: dict[str, str] = {
+    "3D000": "check the database name in the store URL",
+    "28000": "check the user name in the store URL and pg_hba.conf",
+    "28P01": "check the user name and password",
+}
+
+
+def _refused(exc: BaseException, state: str) -> ConfigurationError:
+    reason = redact(str(getattr(exc, "message", "") or exc))
+    return ConfigurationError(
+        f"the server refused the connection: {reason}; {_SETTING_STATES[state]}",
+        context={"setting": "url", "sqlstate": state},
+    )
+
 
 def map_error(exc: BaseException) -> KernelError | None:
     """The typed error for a driver/network exception, or ``None`` if it is not one."""
     if isinstance(exc, KernelError):
         return exc
+    if isinstance(exc, asyncpg.exceptions.ClientConfigurationError):
+        return ConfigurationError(
+            f"the PostgreSQL driver refused a connection parameter: {redact(str(exc))}",
+            context={"setting": "url"},
+        )
     if isinstance(exc, asyncpg.PostgresError):
         state = str(getattr(exc, "sqlstate", "") or "")
+        if state in _SETTING_STATES:
+            return _refused(exc, state)
         if state in _SCHEMA_STATES:
             return StoreSchemaError(
                 "the store schema is missing: run setup() (migrate) first",

@@ -36,11 +36,18 @@ from ...contracts.receipts import (
 from ...contracts.turns import DurableTurnResult
 from ...crashpoints import CrashPoint, crash_point
 from .. import _turns
-from .._documents import PRUNED_TURN, decode_model, decode_turn, encode_model
+from .._documents import (
+    PRUNED_TURN,
+    decode_model,
+    decode_turn,
+    encode_model,
+    unreadable,
+    unreadable_receipt,
+)
 from .._ledger import EffectStart, resolve_uncertain, start_effect
 from ..engine import DurabilityEngine, Lease, OpenedTurn, Reconciliation, StoredTurn, TurnCommit
 from ._connection import Connection
-from ._inspect import SQLiteInspection, awaiting_operator, lease_probe
+from ._inspect import RECEIPT_COLUMNS, SQLiteInspection, awaiting_operator, lease_probe
 from ._lease import LockFiles
 from ._location import check_local, parse_location
 from ._outbox import EVENT_COLUMNS, SQLiteOutboxSource, stored_event
@@ -179,19 +186,27 @@ class SQLiteDurability(SQLiteOutboxSource, SQLiteInspection, DurabilityEngine[_L
         self._db = Connection(self.path, busy_timeout=float(busy_timeout))
 
     @classmethod
-    async def open(cls, location: str | os.PathLike[str], **options: Any) -> SQLiteDurability:
-        """Create the adapter, open the file and bring its schema up to date."""
+    async def open(
+        cls, location: str | os.PathLike[str], *, migrate: bool = True, **options: Any
+    ) -> SQLiteDurability:
+        """Create the adapter, open the file and bring its schema up to date. With
+        ``migrate=False`` a missing file or a missing or older schema is refused
+        (``STORE_SCHEMA_MISSING``) and nothing is created or changed."""
         store = cls(location, **options)
         try:
-            await store.setup()
+            await store.setup(migrate=migrate)
         except BaseException:
             await store.close()
             raise
         return store
 
-    async def setup(self) -> None:
-        """Open the database and apply pending migrations (otherwise done on first use)."""
-        self._locks.ensure_directory()
+    async def setup(self, *, migrate: bool = True) -> None:
+        """Open the database and apply pending migrations (otherwise done on first use);
+        ``migrate=False`` refuses a schema that is not current instead."""
+        if not migrate:
+            self._db.migrate = False
+        else:
+            self._locks.ensure_directory()
         await self._db.read(lambda conn: None, what="open")
 
     @property
@@ -338,6 +353,7 @@ class SQLiteDurability(SQLiteOutboxSource, SQLiteInspection, DurabilityEngine[_L
         thread_id, key = decision.thread_id, decision.idempotency_key
 
         def reconcile(conn: sqlite3.Connection) -> EffectReceipt:
+            last = _last_reconciliation(conn, thread_id, key) if decision.correct else None
             receipt, record = resolve_uncertain(
                 _read_receipt(conn, thread_id, key),
                 decision.outcome,
@@ -348,6 +364,8 @@ class SQLiteDurability(SQLiteOutboxSource, SQLiteInspection, DurabilityEngine[_L
                 actor=decision.actor,
                 now=self._now(),
                 holds_lease=lease is not None,
+                correct=decision.correct,
+                last=last,
             )
             self._put_receipt(conn, receipt)
             conn.execute(
@@ -411,14 +429,10 @@ class SQLiteDurability(SQLiteOutboxSource, SQLiteInspection, DurabilityEngine[_L
                 wanted = None if status is None else str(status)
                 clauses, args = _filters(status=wanted, thread_id=thread_id)
                 rows = conn.execute(
-                    "SELECT thread_id, CAST(document AS BLOB) FROM ik_receipts"
-                    f"{clauses} ORDER BY updated_us, receipt_id LIMIT ?",
+                    f"SELECT {RECEIPT_COLUMNS}{clauses} ORDER BY updated_us, receipt_id LIMIT ?",
                     (*args, limit),
                 ).fetchall()
-            return [
-                decode_model(EffectReceipt, text, what="receipt", thread_id=thread)
-                for thread, text in rows
-            ]
+            return [_listed_receipt(row) for row in rows]
 
         return await self._db.read(read)
 
@@ -450,6 +464,37 @@ class SQLiteDurability(SQLiteOutboxSource, SQLiteInspection, DurabilityEngine[_L
             return [stored_event(row) for row in rows]
 
         return await self._db.read(read)
+
+
+def _listed_receipt(row: tuple[Any, ...]) -> EffectReceipt:
+    """A receipt for a listing (``RECEIPT_COLUMNS``); a corrupt one as a placeholder with its
+    row's status, so one bad row does not hide every other receipt."""
+    thread_id, key, receipt_id, capability_id, status, updated_us, text = row
+    try:
+        return decode_model(EffectReceipt, text, what="receipt", thread_id=thread_id)
+    except CheckpointCorruptError as exc:
+        return unreadable_receipt(
+            thread_id=thread_id,
+            idempotency_key=key,
+            reason=unreadable(exc),
+            status=ReceiptStatus(status),
+            receipt_id=receipt_id,
+            capability_id=capability_id,
+            updated_at=_EPOCH + timedelta(microseconds=updated_us),
+        )
+
+
+def _last_reconciliation(
+    conn: sqlite3.Connection, thread_id: str, idempotency_key: str
+) -> ReconciliationRecord | None:
+    row = conn.execute(
+        "SELECT CAST(document AS BLOB) FROM ik_reconciliations"
+        " WHERE thread_id = ? AND idempotency_key = ? ORDER BY seq DESC LIMIT 1",
+        (thread_id, idempotency_key),
+    ).fetchone()
+    if row is None:
+        return None
+    return decode_model(ReconciliationRecord, row[0], what="reconciliation")
 
 
 def _exists(conn: sqlite3.Connection, thread_id: str, turn_id: str) -> bool:

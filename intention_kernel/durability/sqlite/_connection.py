@@ -6,6 +6,11 @@ Connections use ``isolation_level=None``: no implicit ``BEGIN``; every read-modi
 explicit ``BEGIN IMMEDIATE`` (a deferred transaction that upgrades to a write gets
 ``SQLITE_BUSY_SNAPSHOT``, which no busy timeout can wait out). WAL and ``synchronous=FULL``
 make each commit durable against power loss, not only against a process crash.
+
+A new database file is made private (0600) before SQLite writes anything: it holds every
+message, receipt value and event, and SQLite gives ``-wal`` and ``-shm`` the mode of the
+database file. With ``migrate=False`` (operator commands other than ``migrate``) a missing file,
+or a schema that is missing or older, is refused before anything is written.
 """
 
 from __future__ import annotations
@@ -20,10 +25,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ...contracts.errors import ConfigurationError, DurabilityError, ErrorCode
+from ...contracts.errors import ConfigurationError, DurabilityError, ErrorCode, StoreSchemaError
 from .._settle import settle
 from ._errors import SQLITE_BUSY, SQLITE_LOCKED, translate_errors
-from ._schema import migrate
+from ._location import require_directory
+from ._schema import SCHEMA_VERSION, migrate, stored_version
 
 __all__ = ["Connection"]
 
@@ -37,12 +43,50 @@ def _read_only_location(path: Path) -> bool:
         return False
 
 
-def _connect(path: Path, busy_timeout: float) -> sqlite3.Connection:
+FILE_MODE = 0o600
+"""A new database file: readable and writable by its owner only (see ``docs/sqlite.md`` for
+sharing one with a group)."""
+
+
+def _missing_schema(message: str, found: int) -> StoreSchemaError:
+    return StoreSchemaError(
+        f"{message}: run the migration first (intention-kernel migrate)",
+        code=ErrorCode.STORE_SCHEMA_MISSING,
+        context={"found": found, "expected": SCHEMA_VERSION},
+    )
+
+
+def _require_current(conn: sqlite3.Connection) -> None:
+    """Refuse a schema other than this code's, reading only."""
+    version = stored_version(conn)
+    if version > SCHEMA_VERSION:
+        raise StoreSchemaError(
+            "the database was written by a newer version of intention-kernel",
+            code=ErrorCode.STORE_SCHEMA_TOO_NEW,
+            context={"found": version, "supported": SCHEMA_VERSION},
+        )
+    if version < SCHEMA_VERSION:
+        what = "the file has no store schema" if version == 0 else "the store schema is older"
+        raise _missing_schema(what, version)
+
+
+def _connect(path: Path, busy_timeout: float, allow_migrate: bool) -> sqlite3.Connection:
+    created = not path.exists()
+    if created and not allow_migrate:
+        raise _missing_schema("there is no database file at this path", 0)
+    if created:
+        require_directory(path)
     try:
         conn = sqlite3.connect(
             str(path), timeout=busy_timeout, isolation_level=None, check_same_thread=True
         )
-        return _configure(conn, busy_timeout)
+        if created:  # opened, nothing written yet: -wal and -shm will take this mode
+            try:
+                os.chmod(path, FILE_MODE)
+            except BaseException:
+                conn.close()
+                raise
+        return _configure(conn, busy_timeout, allow_migrate)
     except sqlite3.OperationalError as exc:
         # WAL needs the -shm file next to the database: on a read-only filesystem SQLite only
         # says "unable to open", so name the real cause.
@@ -74,9 +118,13 @@ def _switch_to_wal(conn: sqlite3.Connection, busy_timeout: float) -> str:
         delay = min(delay * 2, 0.05)
 
 
-def _configure(conn: sqlite3.Connection, busy_timeout: float) -> sqlite3.Connection:
+def _configure(
+    conn: sqlite3.Connection, busy_timeout: float, allow_migrate: bool
+) -> sqlite3.Connection:
     try:
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+        if not allow_migrate:
+            _require_current(conn)  # before switching to WAL, which writes an empty file
         mode = _switch_to_wal(conn, busy_timeout)
         if mode != "wal":
             raise ConfigurationError(
@@ -84,7 +132,8 @@ def _configure(conn: sqlite3.Connection, busy_timeout: float) -> sqlite3.Connect
                 context={"setting": "journal_mode", "found": str(mode)},
             )
         conn.execute("PRAGMA synchronous = FULL")
-        migrate(conn)
+        if allow_migrate:
+            migrate(conn)
     except BaseException:
         conn.close()
         raise
@@ -92,11 +141,14 @@ def _configure(conn: sqlite3.Connection, busy_timeout: float) -> sqlite3.Connect
 
 
 class Connection:
-    """Runs functions against the connection on the worker thread (opened on first use)."""
+    """Runs functions against the connection on the worker thread (opened on first use).
 
-    def __init__(self, path: Path, *, busy_timeout: float) -> None:
+    ``migrate``: bring the schema up to date when opening (else refuse one that is not)."""
+
+    def __init__(self, path: Path, *, busy_timeout: float, migrate: bool = True) -> None:
         self.path = path
         self.busy_timeout = busy_timeout
+        self.migrate = migrate
         self.commits = 0
         """Write transactions committed with changes (each is one WAL fsync)."""
         self._conn: sqlite3.Connection | None = None
@@ -150,7 +202,7 @@ class Connection:
     ) -> T:
         with translate_errors(**context):
             if self._conn is None:
-                self._conn = _connect(self.path, self.busy_timeout)
+                self._conn = _connect(self.path, self.busy_timeout, self.migrate)
             conn = self._conn
             if not write:
                 return fn(conn)

@@ -9,6 +9,11 @@ has open would let two holders lock two different files.
 
 Waiting polls ``LOCK_NB`` with a short back-off so the event loop is never blocked. The epoch
 (fencing token) is kept in the database by the adapter, bumped right after the file is locked.
+
+Modes: a new lock directory is 0700 and lock files take the directory's read and write bits
+(0600 in it), so another local user can neither list threads nor block one by holding a
+``flock``. An operator who shares the store with a group creates the directory beforehand
+(``mkdir -m 2770``): its lock files are then 0660.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from pathlib import Path
 
 from ...contracts.errors import DurabilityError, ErrorCode
 from ._errors import translate_errors
+from ._location import require_directory
 
 __all__ = ["LockFiles"]
 
@@ -37,12 +43,29 @@ class LockFiles:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self._ready = False
+        self._file_mode = 0o600
 
     def ensure_directory(self) -> None:
         if not self._ready:
+            require_directory(self.directory)
             with translate_errors(what="lock directory"):
-                self.directory.mkdir(mode=0o755, parents=True, exist_ok=True)
+                self.directory.mkdir(mode=0o700, exist_ok=True)
+                self._file_mode = self.directory.stat().st_mode & 0o666
             self._ready = True
+
+    def _open(self, path: Path) -> int:
+        """The lock file's descriptor; a new file gets the directory's mode, whatever the
+        umask (a group's members must be able to open it for writing)."""
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, self._file_mode)
+        except FileExistsError:
+            return os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            os.fchmod(fd, self._file_mode)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
 
     def path_for(self, thread_id: str) -> Path:
         digest = hashlib.sha256(thread_id.encode("utf-8")).hexdigest()[:40]
@@ -52,7 +75,7 @@ class LockFiles:
     async def hold(self, thread_id: str, wait: float) -> AsyncIterator[None]:
         path = self.path_for(thread_id)
         with translate_errors(what="lock file", thread_id=thread_id):
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fd = self._open(path)
         try:
             await self._wait(fd, thread_id, wait)
             yield

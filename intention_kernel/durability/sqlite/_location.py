@@ -1,8 +1,15 @@
-"""Where the database lives: path or ``sqlite:///`` URL, and the local-filesystem check.
+"""Where the database lives: path or ``sqlite:///`` URL, and the checks on that place.
 
-SQLite's WAL mode needs shared memory between processes on one host; on a network filesystem
-(NFS, SMB, sshfs, ...) locking and the ``-shm`` file do not work and the database can be
-corrupted, so such paths are refused before anything is opened.
+Refused before anything is opened or created (``ConfigurationError``):
+
+- a directory that does not exist: creating it would turn a mistyped path into an empty
+  ledger, and completed effects would run again;
+- a network filesystem (NFS, SMB, sshfs, ...): WAL mode needs shared memory between the
+  processes of one host, locking and the ``-shm`` file do not work there and the database can
+  be corrupted;
+- a filesystem in memory (tmpfs such as ``/dev/shm``, ramfs): the store promises that what
+  was committed survives a power loss. ``IK_SQLITE_ALLOW_RAM=1`` accepts one anyway, for
+  throw-away stores and tests that need a small or read-only filesystem.
 """
 
 from __future__ import annotations
@@ -14,10 +21,13 @@ from urllib.parse import unquote, urlsplit
 from ...contracts.errors import ConfigurationError
 
 __all__ = [
+    "ALLOW_RAM_ENV",
     "NETWORK_FILESYSTEMS",
+    "RAM_FILESYSTEMS",
     "check_local",
     "filesystem_type",
     "parse_location",
+    "require_directory",
 ]
 
 NETWORK_FILESYSTEMS = frozenset(
@@ -50,6 +60,9 @@ NETWORK_FILESYSTEMS = frozenset(
         "fuse.juicefs",
     }
 )
+
+RAM_FILESYSTEMS = frozenset({"tmpfs", "ramfs", "devtmpfs"})
+ALLOW_RAM_ENV = "IK_SQLITE_ALLOW_RAM"
 
 
 def parse_location(location: str | os.PathLike[str]) -> Path:
@@ -112,16 +125,36 @@ def _existing_ancestor(path: Path) -> Path:
     return Path("/")
 
 
+def require_directory(path: Path) -> None:
+    """Refuse, with ``ConfigurationError``, to create ``path`` in a directory that does not
+    exist (checked when the file or the lock directory is first created, not when the adapter
+    is constructed)."""
+    if not path.parent.is_dir():
+        raise ConfigurationError(
+            f"the directory {path.parent} does not exist; create it first (a mistyped path"
+            " would start an empty store)",
+            context={"setting": "url", "path": str(path.parent)},
+        )
+
+
 def check_local(path: Path, *, mounts_file: str = "/proc/mounts") -> None:
-    """Refuse a path on a network filesystem with ``ConfigurationError``."""
+    """Refuse, with ``ConfigurationError``, a path on a network filesystem or in memory (its
+    nearest existing directory tells which filesystem it is on; see the module docstring)."""
     try:
         with open(mounts_file, encoding="utf-8", errors="replace") as handle:
             mounts = handle.read()
     except OSError:
         return  # not Linux: nothing to read; the documentation states the limit
-    fstype = filesystem_type(_existing_ancestor(path), mounts)
-    if fstype is not None and fstype.lower() in NETWORK_FILESYSTEMS:
+    fstype = (filesystem_type(_existing_ancestor(path), mounts) or "").lower()
+    if fstype in NETWORK_FILESYSTEMS:
         raise ConfigurationError(
             "SQLite in WAL mode needs a local filesystem; this path is on a network filesystem",
+            context={"setting": "url", "filesystem": fstype},
+        )
+    if fstype in RAM_FILESYSTEMS and os.environ.get(ALLOW_RAM_ENV) != "1":
+        raise ConfigurationError(
+            f"this path is on a filesystem in memory ({fstype}): a reboot or power loss would"
+            f" lose every committed turn; use a disk (or set {ALLOW_RAM_ENV}=1 for a"
+            " throw-away store)",
             context={"setting": "url", "filesystem": fstype},
         )

@@ -1,9 +1,11 @@
 """``webhook+http(s)://host:port/path?secret_env=NAME``: one signed HTTP POST per event (httpx).
 
-The body is the event's JSON envelope; the headers carry the event id, a timestamp and an
-HMAC-SHA256 signature from the secret in environment variable ``secret_env`` (see
-``intention_kernel.relay.signing``). Answers map to outcomes: 2xx ok; 408, 429 and 5xx retry;
-any other status reject (dead-letter with the status); no connection unavailable.
+The body is the event's JSON envelope, signed the Standard Webhooks way (``webhook-id`` = the
+event id, ``webhook-timestamp``, ``webhook-signature``; see ``intention_kernel.relay.signing``)
+with the ``whsec_...`` secret in environment variable ``secret_env``. While a secret is rotated
+the variable holds both, space-separated, and every request carries both signatures. Answers
+map to outcomes: 2xx ok; 408, 429 and 5xx retry; any other status reject (dead-letter with the
+status); no connection unavailable.
 
 Optional parameters: ``timeout`` (seconds per request, default 10), ``concurrency`` (requests
 in flight per batch, default 16).
@@ -13,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 from collections.abc import Sequence
 from urllib.parse import SplitResult
 
@@ -22,7 +23,7 @@ import httpx
 from ...contracts.errors import ConfigurationError
 from ...contracts.events import KernelEvent
 from ...contracts.sinks import PublishOutcome
-from ..signing import EVENT_ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
+from ..signing import signature_headers, signing_key
 from ._url import encode_event, invalid, number, port_of, query
 
 __all__ = ["WebhookSink", "from_url"]
@@ -31,18 +32,24 @@ _RETRY_STATUSES = frozenset({408, 429})
 
 
 class WebhookSink:
-    """POSTs each event's JSON envelope, signed with HMAC-SHA256 (see ``relay.signing``).
+    """POSTs each event's JSON envelope, signed with each of ``secrets`` (see
+    ``relay.signing``).
 
-    Receivers deduplicate by the event id header. 2xx is ``ok``; 408, 429 and 5xx ``retry``;
-    any other status ``reject``; no connection ``unavailable``. Redirects are not followed,
-    and at most ``concurrency`` requests of a batch are in flight.
+    Receivers deduplicate by the signed ``webhook-id``. 2xx is ``ok``; 408, 429 and 5xx
+    ``retry``; any other status ``reject``; no connection ``unavailable``. Redirects are not
+    followed, and at most ``concurrency`` requests of a batch are in flight.
     """
 
     def __init__(
-        self, target: str, secret: bytes, *, timeout: float = 10.0, concurrency: int = 16
+        self,
+        target: str,
+        secrets: Sequence[str | bytes],
+        *,
+        timeout: float = 10.0,
+        concurrency: int = 16,
     ) -> None:
         self.target = target
-        self._secret = secret
+        self._secrets = [signing_key(secret) for secret in secrets]
         self._timeout = timeout
         self._limit = asyncio.Semaphore(concurrency)
         self._client: httpx.AsyncClient | None = None
@@ -55,12 +62,9 @@ class WebhookSink:
 
     async def _post(self, client: httpx.AsyncClient, event: KernelEvent) -> PublishOutcome:
         body = encode_event(event)
-        timestamp = str(int(time.time()))
         headers = {
             "Content-Type": "application/json",
-            EVENT_ID_HEADER: event.id,
-            TIMESTAMP_HEADER: timestamp,
-            SIGNATURE_HEADER: sign(self._secret, timestamp, body),
+            **signature_headers(self._secrets, event.id, body),
         }
         try:
             async with self._limit:
@@ -91,21 +95,26 @@ def from_url(url: SplitResult) -> WebhookSink:
     name = params.get("secret_env")
     if not name:
         raise invalid(url, "secret_env=NAME is required: webhooks are always signed")
+    timeout = number(url, params, "timeout", 10.0)
+    concurrency = number(url, params, "concurrency", 16)
+    if concurrency != int(concurrency):
+        raise invalid(url, "parameter 'concurrency' must be an integer")
     secret = os.environ.get(name)
-    if not secret:
+    if not secret or not secret.split():
         raise ConfigurationError(
             "the webhook secret environment variable is not set",
             context={"secret_env": name},
         )
-    concurrency = number(url, params, "concurrency", 16)
-    if concurrency != int(concurrency):
-        raise invalid(url, "parameter 'concurrency' must be an integer")
+    try:
+        secrets = [signing_key(item) for item in secret.split()]
+    except ConfigurationError as exc:
+        raise ConfigurationError(exc.message, context={"secret_env": name}) from None
     host = url.hostname or ""
     host = f"[{host}]" if ":" in host else host
     target = f"{scheme}://{host}:{port}{url.path or '/'}"
     return WebhookSink(
         target,
-        secret.encode(),
-        timeout=number(url, params, "timeout", 10.0),
+        secrets,
+        timeout=timeout,
         concurrency=int(concurrency),
     )
