@@ -57,6 +57,7 @@ def status(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
                 ("uncertain receipts", data.uncertain_receipts),
                 ("undelivered events", data.undelivered_events),
                 ("dead events", data.dead_events),
+                ("corrupt threads", data.corrupt_threads),
             ]
         )
 

@@ -83,7 +83,7 @@ def threads(
                 (
                     r.thread_id,
                     str(r.revision),
-                    r.head_turn_id or "-",
+                    (r.head_turn_id or "-") + (" (corrupt)" if r.corrupt else ""),
                     str(r.turns),
                     age(r.last_commit_at) + " ago" if r.last_commit_at else "-",
                     str(r.uncertain_receipts),

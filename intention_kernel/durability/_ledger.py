@@ -220,9 +220,7 @@ def reconcile_receipt(
                 "status": str(existing.status),
             },
         )
-    status = ReceiptStatus.COMPLETED if outcome == "completed" else ReceiptStatus.FAILED
-    error = None if outcome == "completed" else "reconciled: not applied"
-    return finish_receipt(existing, status, value=value, error=error, now=now)
+    return _reconciled(existing, outcome, value=value, now=now)
 
 
 def correct_reconciled(
@@ -260,9 +258,7 @@ def correct_reconciled(
                 "status": str(existing.status),
             },
         )
-    status = ReceiptStatus.COMPLETED if outcome == "completed" else ReceiptStatus.FAILED
-    error = None if outcome == "completed" else "reconciled: not applied"
-    return finish_receipt(existing, status, value=value, error=error, now=now)
+    return _reconciled(existing, outcome, value=value, now=now)
 
 
 def resolve_uncertain(
@@ -334,3 +330,12 @@ def uncertain_error(
         },
         receipt=receipt,
     )
+
+
+def _reconciled(
+    existing: EffectReceipt, outcome: ReconcileOutcome, *, value: JsonValue, now: datetime
+) -> EffectReceipt:
+    """The receipt as an operator's decision leaves it (``not_applied`` becomes ``failed``)."""
+    status = ReceiptStatus.COMPLETED if outcome == "completed" else ReceiptStatus.FAILED
+    error = None if outcome == "completed" else "reconciled: not applied"
+    return finish_receipt(existing, status, value=value, error=error, now=now)
