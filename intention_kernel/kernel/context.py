@@ -122,6 +122,7 @@ class CapabilityContext:
         "_effect",
         "_interrupted",
         "_receipts",
+        "_request",
         "_scope",
         "answer",
         "approval",
@@ -153,8 +154,10 @@ class CapabilityContext:
         confirmation: Confirmation = ConfirmationMode.NONE,
         approval: Approval | None = None,
         answer: ConfirmationAnswer | None = None,
+        request: JsonValue = None,
     ) -> None:
         self._scope = scope
+        self._request = request
         self._effect = effect
         self._confirmation = confirmation
         self.approval = approval
@@ -232,11 +235,9 @@ class CapabilityContext:
         identity = EffectIdentity(f"{self.capability_id}:{key}", self.capability_id, self.step_id)
         ledger_key = identity.idempotency_key
         try:
-            # The step's validated input (its start event's) is the request: the ledger refuses
-            # the same key for another input (EFFECT_REQUEST_MISMATCH), never replaying it.
-            started = self.events._cause if isinstance(self.events, StepEvents) else None
-            request = {} if started is None else {"request": started.data.get("input")}
-            execution = await self._scope.run_effect(identity, operation, **request)
+            # The step's validated input is the request: the ledger refuses the same key for
+            # another input (EFFECT_REQUEST_MISMATCH), never replaying it.
+            execution = await self._scope.run_effect(identity, operation, request=self._request)
         except EffectUncertainError as exc:
             if exc.receipt is None:
                 # No receipt in hand (an adapter that does not attach it): the kernel reads

@@ -211,7 +211,7 @@ async def test_an_item_stored_without_accepting_options_accepts_only_yes(
 
 
 class _NoScope:
-    async def run_effect(self, *args: Any) -> Any:
+    async def run_effect(self, *args: Any, **options: Any) -> Any:
         raise AssertionError("run_effect must be refused before the scope is reached")
 
 

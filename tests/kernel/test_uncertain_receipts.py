@@ -61,7 +61,7 @@ class _Raising:
     def __init__(self, error: EffectUncertainError) -> None:
         self.error = error
 
-    async def run_effect(self, effect: EffectIdentity, operation: Any) -> Any:
+    async def run_effect(self, effect: EffectIdentity, operation: Any, **options: Any) -> Any:
         raise self.error
 
 

@@ -287,6 +287,7 @@ async def _call(state: TurnState, step: PlannedStep, done: dict[str, StepOutcome
         confirmation=cap.confirmation,
         approval=step.approval,
         answer=step.answer,
+        request=step.input_json,
     )
     timed_out = False
     try:
