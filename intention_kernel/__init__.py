@@ -50,7 +50,14 @@ from .contracts import (
     TurnTimeoutError,
     UsageError,
 )
-from .contracts.gateway import ModelGateway, ModelRefusal, ModelRequest, ModelResponse
+from .contracts.gateway import (
+    ModelGateway,
+    ModelOutputDelta,
+    ModelRefusal,
+    ModelRequest,
+    ModelResponse,
+    StreamingModelGateway,
+)
 from .contracts.sinks import EventSink
 from .kernel import (
     AgentDefinition,
@@ -131,6 +138,7 @@ __all__ = [
     "Message",
     "ModelGateway",
     "ModelGatewayError",
+    "ModelOutputDelta",
     "ModelRefusal",
     "ModelRequest",
     "ModelResponse",
@@ -148,6 +156,7 @@ __all__ = [
     "StepStatus",
     "StoreSchemaError",
     "StoredEvent",
+    "StreamingModelGateway",
     "TurnConflictError",
     "TurnResult",
     "TurnScope",

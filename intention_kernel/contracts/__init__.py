@@ -36,7 +36,14 @@ from .errors import (
     UsageError,
 )
 from .events import EventCategory, KernelEvent, StoredEvent
-from .gateway import ModelGateway, ModelRefusal, ModelRequest, ModelResponse
+from .gateway import (
+    ModelGateway,
+    ModelOutputDelta,
+    ModelRefusal,
+    ModelRequest,
+    ModelResponse,
+    StreamingModelGateway,
+)
 from .receipts import (
     EffectAuthority,
     EffectExecution,
@@ -88,6 +95,7 @@ __all__ = [
     "Message",
     "ModelGateway",
     "ModelGatewayError",
+    "ModelOutputDelta",
     "ModelRefusal",
     "ModelRequest",
     "ModelResponse",
@@ -98,6 +106,7 @@ __all__ = [
     "SerializationError",
     "StoreSchemaError",
     "StoredEvent",
+    "StreamingModelGateway",
     "TurnConflictError",
     "TurnScope",
     "TurnTimeoutError",

@@ -10,15 +10,29 @@ gateway returns ``ModelResponse.output``; the kernel validates it and never trus
 A provider failure is raised as ``ModelGatewayError`` (``retryable`` says whether sending the
 same request again may help). A provider that declines to answer (a refusal or a content-filter
 stop) is not a failure: the response carries a ``ModelRefusal`` and no output.
+
+A gateway may also ``stream`` (``StreamingModelGateway``): it yields the raw output text as the
+provider writes it (``ModelOutputDelta``), then exactly one ``ModelResponse``, the same one
+``complete`` would have returned. Deltas are provisional: the kernel uses only the final
+response, so a stream cut short or retried never changes what is stored.
 """
 
 from __future__ import annotations
 
-from typing import Literal, Protocol
+from collections.abc import AsyncIterator
+from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
-__all__ = ["ModelGateway", "ModelRefusal", "ModelRequest", "ModelResponse", "ModelTask"]
+__all__ = [
+    "ModelGateway",
+    "ModelOutputDelta",
+    "ModelRefusal",
+    "ModelRequest",
+    "ModelResponse",
+    "ModelTask",
+    "StreamingModelGateway",
+]
 
 ModelTask = str
 """``interpret`` | ``repair`` | ``compose`` (open for future tasks)."""
@@ -80,3 +94,28 @@ class ModelGateway(Protocol):
     """Answers one structured request. Implementations raise ``ModelGatewayError`` on failure."""
 
     async def complete(self, request: ModelRequest) -> ModelResponse: ...
+
+
+class ModelOutputDelta(BaseModel):
+    """A piece of the model's raw output text (usually JSON), in the order the provider wrote it.
+
+    Concatenated, a stream's deltas are the text the final ``ModelResponse.output`` was parsed
+    from. A retried request starts a new sequence after ``restarted=True``: a consumer drops
+    what it had shown of the earlier attempt.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    text: str
+    restarted: bool = False
+
+
+@runtime_checkable
+class StreamingModelGateway(ModelGateway, Protocol):
+    """A gateway that can also stream: deltas of the raw output, then one final response.
+
+    The last item is always the ``ModelResponse`` (validated by the kernel like ``complete``'s);
+    a failure raises ``ModelGatewayError`` as ``complete`` does.
+    """
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[ModelOutputDelta | ModelResponse]: ...
