@@ -28,7 +28,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sized
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,10 +56,15 @@ class Call:
 
 @dataclass
 class Recorder:
-    """Records statements while ``active``; ``calls`` in the order they were sent."""
+    """Records statements while ``active``; ``calls`` in the order they were sent, and
+    ``count``, the statements they executed on the server (as ``pg_stat_statements`` counts
+    them: ``BEGIN`` and ``COMMIT`` are statements, an ``executemany`` one per row of
+    arguments). With ``keep=False`` it only counts (a benchmark's timed window)."""
 
     calls: list[Call] = field(default_factory=list)
     active: bool = False
+    keep: bool = True
+    count: int = 0
 
     @contextmanager
     def installed(self) -> Iterator[Recorder]:
@@ -82,16 +87,30 @@ class Recorder:
         async def method(target: Any, *args: Any, **kwargs: Any) -> Any:
             result = await original(target, *args, **kwargs)
             if recorder.active:
+                recorder.count += _executions(name, args[0 if prepared else 1 :])
+                if not recorder.keep:
+                    return result
                 if prepared:
                     query, values = target.get_query(), args
                 else:
                     query, values = args[0], args[1:]
-                if name in ("executemany", "fetchmany"):  # one call, many rows of arguments
-                    values = tuple(values[0]) if values else ()
-                recorder.calls.append(Call(name, query, tuple(values), result))
+                if name in ("executemany", "fetchmany"):  # one call, many rows of arguments:
+                    rows = list(values[0]) if values else [()]  # one execution each
+                    for row in rows or [()]:
+                        recorder.calls.append(Call(name, query, tuple(row), result))
+                else:
+                    recorder.calls.append(Call(name, query, tuple(values), result))
             return result
 
         return method
+
+
+def _executions(method: str, rest: tuple[Any, ...]) -> int:
+    """Statements one call executes: an ``executemany`` runs its statement once per row of
+    arguments (counted when the rows are a sized collection, else as one)."""
+    if method == "executemany" and rest and isinstance(rest[0], Sized):
+        return len(rest[0])
+    return 1
 
 
 @dataclass

@@ -34,38 +34,22 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
-
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def machine() -> dict[str, Any]:
-    """Cores and load average, recorded with every cell and every result file."""
-    one, five, fifteen = os.getloadavg()
-    return {"cpus": os.cpu_count(), "loadavg": [round(one, 2), round(five, 2), round(fifteen, 2)]}
-
-
-def _stat_fields(pid: int) -> list[str] | None:
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return text[text.rindex(")") + 2 :].split()  # fields from 3 (state) on
+from _measure import cpu_seconds, per_turn, read_proc_stat
 
 
 def server_cpu_seconds(postmaster: int) -> float | None:
     """CPU seconds used so far by the server: postmaster, its live children, reaped children."""
-    own = _stat_fields(postmaster)
+    own = read_proc_stat(postmaster)
     if own is None:
         return None
-    # After ")": index 0 is field 3 (state); ppid is field 4, utime 14, stime 15, cutime 16...
-    ticks = sum(int(own[i]) for i in (11, 12, 13, 14))
+    ticks = own.ticks + own.reaped_ticks
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
-        fields = _stat_fields(int(entry.name))
-        if fields is not None and int(fields[1]) == postmaster:
-            ticks += int(fields[11]) + int(fields[12])
-    return ticks / TICKS
+        stat = read_proc_stat(int(entry.name))
+        if stat is not None and stat.ppid == postmaster:
+            ticks += stat.ticks
+    return cpu_seconds(ticks)
 
 
 def _title(pid: int) -> str:
@@ -97,13 +81,13 @@ class CpuSampler:
             if not entry.name.isdigit():
                 continue
             pid = int(entry.name)
-            fields = _stat_fields(pid)
-            if fields is None or int(fields[1]) != self.postmaster:
+            stat = read_proc_stat(pid)
+            if stat is None or stat.ppid != self.postmaster:
                 continue
             title = _title(pid)
             if self.marker not in title and not any(a in title for a in AUXILIARY):
                 continue
-            ticks = int(fields[11]) + int(fields[12])
+            ticks = stat.ticks
             if initial:
                 self.first[pid] = ticks
             self.last[pid] = max(ticks, self.last.get(pid, 0))
@@ -121,7 +105,7 @@ class CpuSampler:
         self._sample(False)
         self.done.set()
         self.thread.join()
-        return sum(t - self.first.get(pid, 0) for pid, t in self.last.items()) / TICKS
+        return cpu_seconds(sum(t - self.first.get(pid, 0) for pid, t in self.last.items()))
 
 
 @dataclass
@@ -160,8 +144,8 @@ class Probe:
         except asyncpg.PostgresError:
             pass
         backend = int(await conn.fetchval("SELECT pg_backend_pid()"))
-        fields = _stat_fields(backend)
-        postmaster = int(fields[1]) if fields is not None else None
+        stat = read_proc_stat(backend)
+        postmaster = stat.ppid if stat is not None else None
         return cls(conn, postmaster, statements, walinspect)
 
     async def close(self) -> None:
@@ -267,7 +251,7 @@ class Probe:
         """Per-turn figures between two snapshots; ``cell_cpu`` from a ``CpuSampler``."""
 
         def per(value: float | None) -> float | None:
-            return None if value is None or turns <= 0 else round(value / turns, 3)
+            return per_turn(value, turns)
 
         out: dict[str, Any] = {
             "xact_commit_per_turn": per(

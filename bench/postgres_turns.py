@@ -11,11 +11,15 @@ runs three cells one after the other, each in a fresh process:
   store in this run, same parameters, see ``_capture``);
 - reference: pgbench running ``turn_1c.sql`` / ``turn_3c.sql`` from the reference directory.
 
-Ratios are taken within each repetition and the medians reported. Every cell records, from
-the server, per turn: transactions (``pg_stat_database``), WAL records, full-page images, bytes
-and fsyncs (``pg_stat_wal``), statements (``pg_stat_statements`` when preloaded, else counted on
-the client from the recorded turn), commit records (``pg_walinspect``), server CPU (``/proc``),
-client CPU (``getrusage``) and the machine load. Then: a replay (statements and WAL, expected
+Ratios (turns/s, and CPU per turn) are taken within each repetition and the medians reported.
+Every cell records, from the server, per turn: transactions (``pg_stat_database``), WAL records,
+full-page images, bytes and fsyncs (``pg_stat_wal``; of the cell's database with
+``pg_walinspect``), commit records (``pg_walinspect``), statements (``pg_stat_statements`` when
+preloaded, else counted on the client: the asyncpg calls of the timed window for ours, the
+script's statements for pgbench), server CPU (``/proc`` of the cell's backends), client CPU
+(``getrusage``), the load before and after and the share of the cores other work used during
+the cell (a warning is printed when the 1-minute load before a cell exceeds the cores, or other
+work took more than a quarter of them). Then: a replay (statements and WAL, expected
 one statement and no WAL) and the per-turn time on a thread of 10 turns vs 10,000.
 
 Writes ``bench/results/postgres_turns.json`` and prints a table. Loopback only; each cell ends
@@ -35,6 +39,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -45,8 +50,23 @@ import asyncpg
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _capture import Call, Recorder, Script, build_script
+from _measure import (
+    OTHERS_LIMIT,
+    cell_machine,
+    children_cpu,
+    cpu_us_per_turn,
+    load_warning,
+    machine,
+    machine_cpu,
+    others_share,
+    others_warning,
+    per_turn,
+    ratio,
+    script_statements,
+    self_cpu,
+)
 from _payloads import STATE, Failed, failing, operation
-from _server import Probe, machine
+from _server import Probe
 
 from intention_kernel import KernelError
 from intention_kernel.durability import open_durability
@@ -60,6 +80,7 @@ REF_DB = "ik_bench_ref"
 SCHEMA = "ik_bench"
 CPUS = os.cpu_count() or 1
 KINDS = ((0, "no effect", "turn_1c.sql"), (1, "one effect", "turn_3c.sql"))
+SIDES = ("ours", "same_sql", "reference")
 
 
 def with_db(dsn: str, db: str) -> str:
@@ -80,7 +101,14 @@ def cpu_seconds(usage: resource.struct_rusage) -> float:
 
 async def child(spec: dict[str, Any]) -> None:
     """Runs in a fresh process: seed each thread with one turn, say ``ready``, wait for ``go``,
-    run turns for the given seconds, print the counts and this process's CPU."""
+    run turns for the given seconds, print the counts, the statements sent (asyncpg calls
+    counted during the timed window) and this process's CPU."""
+    recorder = Recorder(keep=False)
+    with recorder.installed():
+        await _child(spec, recorder)
+
+
+async def _child(spec: dict[str, Any], recorder: Recorder) -> None:
     store = await open_durability(spec["url"])
     op = operation(spec["effects"])
     threads: list[str] = spec["threads"]
@@ -92,6 +120,7 @@ async def child(spec: dict[str, Any]) -> None:
     errors: list[str] = []
     started = time.monotonic()
     usage = resource.getrusage(resource.RUSAGE_SELF)
+    recorder.active = True
     deadline = started + seconds
 
     async def client(slot: int, thread: str) -> None:
@@ -107,7 +136,9 @@ async def child(spec: dict[str, Any]) -> None:
     await asyncio.gather(*(client(i, t) for i, t in enumerate(threads)))
     elapsed = time.monotonic() - started
     cpu = cpu_seconds(resource.getrusage(resource.RUSAGE_SELF)) - cpu_seconds(usage)
-    print(json.dumps({"turns": sum(counts), "seconds": elapsed, "cpu": cpu, "errors": errors}))
+    recorder.active = False
+    report = {"turns": sum(counts), "seconds": elapsed, "cpu": cpu, "errors": errors}
+    print(json.dumps({**report, "statements": recorder.count}))
     sys.stdout.flush()
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)  # "exit"
     await store.close()
@@ -138,6 +169,7 @@ async def ours_cell(
             raise RuntimeError(f"a benchmark process did not start: {ready!r}")
     before = await probe.snapshot(BENCH_DB)
     sampler = probe.sampler(BENCH_DB)
+    busy, mine = machine_cpu(), self_cpu()
     for proc in children:
         assert proc.stdin is not None
         proc.stdin.write(f"go {seconds}\n".encode())
@@ -147,6 +179,7 @@ async def ours_cell(
         assert proc.stdout is not None
         reports.append(json.loads(await proc.stdout.readline()))
     cell_cpu = sampler.stop() if sampler else None  # before the connections close
+    busy_after, mine = machine_cpu(), self_cpu() - mine
     for proc in children:
         assert proc.stdin is not None
         proc.stdin.write(b"exit\n")
@@ -162,8 +195,14 @@ async def ours_cell(
         "turns_per_s": round(turns / elapsed, 1),
         "processes": procs,
         "errors": len(errors),
-        "client_cpu_us_per_turn": round(sum(float(r["cpu"]) for r in reports) / turns * 1e6, 1),
+        "client_cpu_us_per_turn": cpu_us_per_turn(sum(float(r["cpu"]) for r in reports), turns),
+        "client_cpu_from": "getrusage(RUSAGE_SELF) of each benchmark process, timed window",
+        "client_statements_per_turn": per_turn(sum(int(r["statements"]) for r in reports), turns),
+        "client_statements_from": "asyncpg calls counted in the benchmark processes",
     }
+    client = sum(float(r["cpu"]) for r in reports)
+    ours = None if cell_cpu is None else client + cell_cpu + mine
+    out["others_cpu_share"] = others_share(busy, busy_after, ours)
     out.update(await probe.delta(before, after, turns, cell_cpu, BENCH_DB))
     return out
 
@@ -185,6 +224,7 @@ async def pgbench_cell(
     variables: dict[str, str],
     clients: int,
     seconds: float,
+    statements: int,
 ) -> dict[str, Any]:
     path = _write(script)
     defines: list[str] = []
@@ -195,13 +235,14 @@ async def pgbench_cell(
     command += ["-f", path, *defines, with_db(dsn, db)]
     before = await probe.snapshot(db)
     sampler = probe.sampler(db)
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    busy, mine, usage = machine_cpu(), self_cpu(), children_cpu()
     proc = await asyncio.create_subprocess_exec(
         *command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
     )
     stdout, stderr = await proc.communicate()
-    cpu = cpu_seconds(resource.getrusage(resource.RUSAGE_CHILDREN)) - cpu_seconds(usage)
+    cpu = children_cpu() - usage
     cell_cpu = sampler.stop() if sampler else None
+    busy_after, mine = machine_cpu(), self_cpu() - mine
     await probe.wait_idle([db])
     after = await probe.snapshot(db)
     os.unlink(path)
@@ -216,7 +257,13 @@ async def pgbench_cell(
         "turns": turns,
         "turns_per_s": round(float(tps.group(1)), 1),
         "errors": int(failed.group(1)) if failed else 0,
-        "client_cpu_us_per_turn": round(cpu / turns * 1e6, 1),
+        "client_cpu_us_per_turn": cpu_us_per_turn(cpu, turns),
+        "client_cpu_from": "getrusage(RUSAGE_CHILDREN) around the pgbench process",
+        "client_statements_per_turn": statements,
+        "client_statements_from": "statements in the pgbench script (one script run = one turn)",
+        "others_cpu_share": others_share(
+            busy, busy_after, None if cell_cpu is None else cpu + cell_cpu + mine
+        ),
     }
     out.update(await probe.delta(before, after, turns, cell_cpu, db))
     return out
@@ -364,9 +411,19 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             name: await probe.conn.fetchval(f"SHOW {name}")
             for name in ("fsync", "synchronous_commit", "full_page_writes", "wal_level")
         },
-        "statements_counted_by": "pg_stat_statements" if probe.statements else "client",
+        "statements_counted_by": (
+            "pg_stat_statements"
+            if probe.statements
+            else "the client (pg_stat_statements not preloaded): asyncpg calls for ours,"
+            " script statements for pgbench"
+        ),
         "commit_records_counted_by": "pg_walinspect" if probe.walinspect else "not counted",
-        "server_cpu_from": "/proc" if probe.postmaster else "not measured",
+        "server_cpu_from": (
+            "/proc/<pid>/stat of the cell's backends and the WAL writer, checkpointer and"
+            " background writer"
+            if probe.postmaster
+            else "not measured (server not on this machine)"
+        ),
     }
     started_load = machine()
     await setup(args.dsn)
@@ -392,11 +449,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 order = order[rep % 3 :] + order[: rep % 3]
                 for side in order:
                     load = machine()
+                    warning = load_warning(f"{kind} c={clients} rep {rep + 1} {side}", load)
+                    if warning:
+                        print(warning, flush=True)
                     await checkpoint(probe)
                     if side == "ours":
                         cell = await ours_cell(probe, args.dsn, effects, clients, args.seconds, tag)
-                        if not probe.statements:
-                            cell["statements_per_turn"] = recorded[effects]["statements"]
                     elif side == "same_sql":
                         prefix = f"{tag}-pgb-"
                         await seed_threads(
@@ -411,26 +469,28 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                             variables,
                             clients,
                             args.seconds,
+                            scripts[effects].statements,
                         )
-                        if not probe.statements:
-                            cell["statements_per_turn"] = scripts[effects].statements
                     else:
                         text = (REFERENCE / reference).read_text()
                         cell = await pgbench_cell(
-                            probe, REF_DB, args.dsn, text, {}, clients, args.seconds
+                            probe,
+                            REF_DB,
+                            args.dsn,
+                            text,
+                            {},
+                            clients,
+                            args.seconds,
+                            script_statements(text),
                         )
-                        if not probe.statements:
-                            cell["statements_per_turn"] = _script_statements(text)
-                    cell["machine"] = load
+                    _statement_source(cell, probe.statements)
+                    others = cell.pop("others_cpu_share")
+                    cell["machine"] = cell_machine(load, machine(), others)
+                    warning = others_warning(f"{kind} c={clients} rep {rep + 1} {side}", others)
+                    if warning:
+                        print(warning, flush=True)
                     results[side] = cell
-                ours = results["ours"]["turns_per_s"]
-                reps.append(
-                    {
-                        **results,
-                        "ratio_vs_same_sql": round(ours / results["same_sql"]["turns_per_s"], 3),
-                        "ratio_vs_reference": round(ours / results["reference"]["turns_per_s"], 3),
-                    }
-                )
+                reps.append({**results, **_ratios(results)})
                 print(_rep_line(kind, clients, rep, reps[-1]), flush=True)
             cells.append(_summary(kind, reference, clients, reps))
     replay = await replay_cost(probe, args.dsn, args.replays)
@@ -466,8 +526,34 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _script_statements(text: str) -> int:
-    return sum(1 for line in text.splitlines() if line.strip() and not line.startswith("\\"))
+def _statement_source(cell: dict[str, Any], server: bool) -> None:
+    """Statements per turn from ``pg_stat_statements`` when the server has it, else the
+    client's count; the source is named in the cell."""
+    if server and cell.get("statements_per_turn") is not None:
+        cell["statements_from"] = "pg_stat_statements"
+    else:
+        cell["statements_per_turn"] = cell["client_statements_per_turn"]
+        cell["statements_from"] = "client: " + cell["client_statements_from"]
+
+
+def _cpu_per_turn(cell: dict[str, Any]) -> float | None:
+    client, server = cell.get("client_cpu_us_per_turn"), cell.get("server_cpu_us_per_turn")
+    return None if client is None or server is None else round(client + server, 1)
+
+
+def _ratios(results: dict[str, dict[str, Any]]) -> dict[str, float | None]:
+    """ours / the other side, within one repetition: throughput, and CPU per turn (client +
+    server: above 1 means ours costs more)."""
+    for cell in results.values():
+        cell["cpu_us_per_turn"] = _cpu_per_turn(cell)
+    ours = results["ours"]
+    out: dict[str, float | None] = {}
+    for side in ("same_sql", "reference"):
+        out[f"ratio_vs_{side}"] = ratio(ours["turns_per_s"], results[side]["turns_per_s"])
+        out[f"cpu_ratio_vs_{side}"] = ratio(
+            ours["cpu_us_per_turn"], results[side]["cpu_us_per_turn"]
+        )
+    return out
 
 
 PER_TURN = (
@@ -483,15 +569,17 @@ PER_TURN = (
     "db_wal_fpi_per_turn",
     "commit_records_all_per_turn",
     "statement_wal_bytes_per_turn",
+    "client_statements_per_turn",
     "client_cpu_us_per_turn",
     "server_cpu_us_per_turn",
+    "cpu_us_per_turn",
     "server_cpu_all_us_per_turn",
 )
 
 
 def _summary(kind: str, reference: str, clients: int, reps: list[dict[str, Any]]) -> dict[str, Any]:
     median: dict[str, Any] = {}
-    for side in ("ours", "same_sql", "reference"):
+    for side in SIDES:
         median[side] = {
             key: _median([r[side].get(key) for r in reps]) for key in ("turns_per_s", *PER_TURN)
         }
@@ -501,6 +589,9 @@ def _summary(kind: str, reference: str, clients: int, reps: list[dict[str, Any]]
         "reference": reference,
         "ratio_vs_same_sql": _median([r["ratio_vs_same_sql"] for r in reps]),
         "ratio_vs_reference": _median([r["ratio_vs_reference"] for r in reps]),
+        "cpu_ratio_vs_same_sql": _median([r["cpu_ratio_vs_same_sql"] for r in reps]),
+        "cpu_ratio_vs_reference": _median([r["cpu_ratio_vs_reference"] for r in reps]),
+        "overloaded_cells": sum(r[s]["machine"]["overloaded"] for r in reps for s in SIDES),
         "median": median,
         "reps": reps,
     }
@@ -522,33 +613,66 @@ def _fmt(value: Any) -> str:
     return f"{value:g}"
 
 
+def _wal(values: dict[str, Any], key: str) -> Any:
+    """WAL of the cell's database (``pg_walinspect``), else of the whole cluster."""
+    mine = values.get(f"db_{key}")
+    return mine if mine is not None else values.get(key)
+
+
 def print_table(report: dict[str, Any]) -> None:
-    columns = [
-        ("turns/s", "turns_per_s"),
-        ("stmts", "statements_per_turn"),
-        ("xacts", "xact_commit_per_turn"),
-        ("commit rec", "commit_records_per_turn"),
-        ("wal sync", "wal_sync_per_turn"),
-        ("wal B", "db_wal_bytes_per_turn"),
-        ("fpi", "db_wal_fpi_per_turn"),
-        ("client us", "client_cpu_us_per_turn"),
-        ("server us", "server_cpu_us_per_turn"),
+    columns: list[tuple[str, Callable[[dict[str, Any]], Any]]] = [
+        ("turns/s", lambda v: v["turns_per_s"]),
+        ("stmts", lambda v: v["statements_per_turn"]),
+        ("xacts", lambda v: v["xact_commit_per_turn"]),
+        ("commit rec", lambda v: v["commit_records_per_turn"]),
+        ("wal sync", lambda v: v["wal_sync_per_turn"]),
+        ("wal rec", lambda v: _wal(v, "wal_records_per_turn")),
+        ("wal B", lambda v: _wal(v, "wal_bytes_per_turn")),
+        ("fpi", lambda v: _wal(v, "wal_fpi_per_turn")),
+        ("client us", lambda v: v["client_cpu_us_per_turn"]),
+        ("server us", lambda v: v["server_cpu_us_per_turn"]),
+        ("cpu us", lambda v: v["cpu_us_per_turn"]),
     ]
     header = f"{'turn':<11}{'c':>3} {'side':<10}" + "".join(f"{t:>11}" for t, _ in columns)
-    print(header + f"{'ratio':>8}")
+    print(header + f"{'ratio':>8}{'cpu ratio':>10}")
     for cell in report["cells"]:
-        for side in ("ours", "same_sql", "reference"):
+        for side in SIDES:
             values = cell["median"][side]
-            ratio = ""
-            if side == "same_sql":
-                ratio = _fmt(cell["ratio_vs_same_sql"])
-            elif side == "reference":
-                ratio = _fmt(cell["ratio_vs_reference"])
+            shown, cpu = "", ""
+            if side != "ours":
+                shown = _fmt(cell[f"ratio_vs_{side}"])
+                cpu = _fmt(cell[f"cpu_ratio_vs_{side}"])
             print(
                 f"{cell['turn']:<11}{cell['clients']:>3} {side:<10}"
-                + "".join(f"{_fmt(values[k]):>11}" for _, k in columns)
-                + f"{ratio:>8}"
+                + "".join(f"{_fmt(get(values)):>11}" for _, get in columns)
+                + f"{shown:>8}{cpu:>10}"
             )
+    server = report["server"]
+    print(
+        "per turn, medians over repetitions; ratio = ours / side (turns/s), cpu ratio = ours /"
+        " side (client + server CPU per turn: above 1, ours costs more)"
+    )
+    print(
+        f"statements from {server['statements_counted_by']}; transactions from"
+        " pg_stat_database.xact_commit; commit records and WAL of the cell's database from"
+        f" {server['commit_records_counted_by']}; WAL fsyncs from pg_stat_wal.wal_sync (whole"
+        f" cluster); server CPU from {server['server_cpu_from']}"
+    )
+    start, end = report["machine_at_start"], report["machine_at_end"]
+    overloaded = sum(c["overloaded_cells"] for c in report["cells"])
+    total = len(report["cells"]) * len(SIDES) * report["settings"]["reps"]
+    shares = [
+        r[side]["machine"]["others_cpu_share"]
+        for c in report["cells"]
+        for r in c["reps"]
+        for side in SIDES
+    ]
+    measured = [x for x in shares if x is not None]
+    print(
+        f"load {start['loadavg'][0]} at start, {end['loadavg'][0]} at end on {start['cpus']}"
+        f" cores; other work used up to {max(measured, default=0):.0%} of the cores during a"
+        f" cell; {overloaded} of {total} cells flagged (other work above {OTHERS_LIMIT:.0%})"
+    )
     replay = report["replay"]
     print(
         f"replay: {_fmt(replay.get('statements_per_turn'))} statement(s) on the server,"

@@ -7,17 +7,20 @@ repetition runs two cells one after the other, each in a fresh process on a fres
 
 - ours: the store through its public API (``open_durability("sqlite:///...")``, ``with_turn``,
   ``run_effect``, ``commit``), one process, one asyncio task per thread (as the store is used);
-- raw: plain ``sqlite3`` (WAL, ``synchronous=FULL``), one OS thread with its own connection per
-  thread, writing the same bytes in the same transactions: a no-effect turn is one
+- raw: plain ``sqlite3`` (WAL, ``synchronous=FULL``), one OS thread per thread sharing one
+  connection, one transaction at a time (as the store uses its one connection), writing the
+  same bytes in the same transactions: a no-effect turn is one
   ``BEGIN IMMEDIATE`` transaction (load the checkpoint, insert the result, move the head,
   insert three outbox events); a one-effect turn first commits the ``prepared`` receipt and
   then the ``completed`` one (three commits).
 
-Ratios ours/raw are taken within each repetition and the medians reported, with client CPU
-per turn and the load. Then, in separate short runs of a fixed number of turns: fsyncs per
-turn (``strace -f -c -e trace=fsync,fdatasync``, minus a run of zero turns, when strace is
-installed), commits and statements per turn (counted with ``sqlite3``'s trace callback), and
-the per-turn time on a thread of 10 turns vs 10,000. Writes ``bench/results/sqlite_turns.json``.
+Ratios ours/raw (turns/s, and client CPU per turn: the whole process, ``getrusage``) are taken
+within each repetition and the medians reported, with the load before and after every cell (a
+warning is printed when the 1-minute load before a cell exceeds the cores). Then, in separate
+short runs of a fixed number of turns: fsyncs per turn (``strace -f -c -e
+trace=fsync,fdatasync``, minus a run of zero turns, when strace is installed), commits and
+statements per turn (counted with ``sqlite3``'s trace callback), and the per-turn time on a
+thread of 10 turns vs 10,000. Writes ``bench/results/sqlite_turns.json``.
 """
 
 from __future__ import annotations
@@ -25,7 +28,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import platform
 import re
 import resource
@@ -43,6 +45,19 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _measure import (
+    OTHERS_LIMIT,
+    cell_machine,
+    children_cpu,
+    cpu_us_per_turn,
+    load_warning,
+    machine,
+    machine_cpu,
+    others_share,
+    others_warning,
+    ratio,
+    self_cpu,
+)
 from _payloads import (
     EFFECT_REQUEST,
     EFFECT_RESPONSE,
@@ -57,11 +72,6 @@ from intention_kernel.durability import open_durability
 
 RESULTS = Path(__file__).resolve().parent / "results" / "sqlite_turns.json"
 KINDS = ((0, "no effect"), (1, "one effect"))
-
-
-def machine() -> dict[str, Any]:
-    one, five, fifteen = os.getloadavg()
-    return {"cpus": os.cpu_count(), "loadavg": [round(one, 2), round(five, 2), round(fifteen, 2)]}
 
 
 def cpu_now() -> float:
@@ -338,15 +348,24 @@ def run_child(spec: dict[str, Any], prefix: list[str] | None = None) -> dict[str
 def cell(directory: Path, side: str, effects: int, threads: int, seconds: float) -> dict[str, Any]:
     db = directory / f"{side}-{effects}-{threads}-{time.monotonic_ns()}.db"
     load = machine()
+    warning = load_warning(f"effects={effects} threads={threads} {side}", load)
+    if warning:
+        print(warning, flush=True)
+    busy, mine, children = machine_cpu(), self_cpu(), children_cpu()
     report = run_child(
         {"side": side, "db": str(db), "effects": effects, "threads": threads, "seconds": seconds}
     )
+    ours = self_cpu() - mine + children_cpu() - children  # the whole child process, and us
+    others = others_share(busy, machine_cpu(), ours)
+    warning = others_warning(f"effects={effects} threads={threads} {side}", others)
+    if warning:
+        print(warning, flush=True)
     turns = int(report["turns"])
     return {
         "turns": turns,
         "turns_per_s": round(turns / float(report["seconds"]), 1),
-        "client_cpu_us_per_turn": round(float(report["cpu"]) / turns * 1e6, 1),
-        "machine": load,
+        "client_cpu_us_per_turn": cpu_us_per_turn(float(report["cpu"]), turns),
+        "machine": cell_machine(load, machine(), others),
     }
 
 
@@ -423,16 +442,19 @@ def run(args: argparse.Namespace, directory: Path) -> dict[str, Any]:
     cells: list[dict[str, Any]] = []
     for effects, kind in KINDS:
         for threads in args.threads:
-            reps = []
+            reps: list[dict[str, Any]] = []
             for rep in range(args.reps):
                 order = ["ours", "raw"] if rep % 2 == 0 else ["raw", "ours"]
                 results = {s: cell(directory, s, effects, threads, args.seconds) for s in order}
-                ratio = results["ours"]["turns_per_s"] / results["raw"]["turns_per_s"]
-                reps.append({**results, "ratio_vs_raw": round(ratio, 3)})
+                ours, other = results["ours"], results["raw"]
+                speed = ratio(ours["turns_per_s"], other["turns_per_s"])
+                cpu = ratio(ours["client_cpu_us_per_turn"], other["client_cpu_us_per_turn"])
+                reps.append({**results, "ratio_vs_raw": speed, "cpu_ratio_vs_raw": cpu})
                 print(
                     f"{kind:<10} threads={threads} rep {rep + 1}:"
-                    f" ours {results['ours']['turns_per_s']}/s,"
-                    f" raw {results['raw']['turns_per_s']}/s ({ratio:.3f}x)",
+                    f" ours {ours['turns_per_s']}/s, raw {other['turns_per_s']}/s ({speed}x),"
+                    f" client CPU per turn {ours['client_cpu_us_per_turn']} vs"
+                    f" {other['client_cpu_us_per_turn']} us ({cpu}x)",
                     flush=True,
                 )
             cells.append(
@@ -440,6 +462,12 @@ def run(args: argparse.Namespace, directory: Path) -> dict[str, Any]:
                     "turn": kind,
                     "threads": threads,
                     "ratio_vs_raw": round(statistics.median(r["ratio_vs_raw"] for r in reps), 3),
+                    "cpu_ratio_vs_raw": round(
+                        statistics.median(r["cpu_ratio_vs_raw"] for r in reps), 3
+                    ),
+                    "overloaded_cells": sum(
+                        r[side]["machine"]["overloaded"] for r in reps for side in ("ours", "raw")
+                    ),
                     "median": {
                         side: {
                             key: round(statistics.median(r[side][key] for r in reps), 1)
@@ -469,10 +497,11 @@ def run(args: argparse.Namespace, directory: Path) -> dict[str, Any]:
             "seconds": args.seconds,
             "reps": args.reps,
             "threads": args.threads,
+            "count_turns": args.count_turns,
             "journal_mode": "wal",
             "synchronous": "FULL",
             "ours": "one process, one asyncio task per thread",
-            "raw": "one process, one OS thread and connection per thread",
+            "raw": "one process, one OS thread per thread, one shared connection",
         },
         "fsyncs_counted_by": "strace -f -c" if shutil.which("strace") else "not measured",
         "commits_counted_by": "sqlite3 trace callback (COMMIT statements)",
@@ -486,19 +515,42 @@ def run(args: argparse.Namespace, directory: Path) -> dict[str, Any]:
 def print_table(report: dict[str, Any]) -> None:
     print(
         f"{'turn':<11}{'threads':>8}{'ours/s':>9}{'raw/s':>9}{'ratio':>7}"
-        f"{'ours us':>9}{'raw us':>8}  per turn (ours | raw): commits, fsyncs, statements"
+        f"{'ours us':>9}{'raw us':>8}{'cpu ratio':>10}"
+        "  per turn (ours | raw): commits, fsyncs, statements"
     )
     for c in report["cells"]:
         m = report["per_turn"][c["turn"]]
+        ours, raw_ = c["median"]["ours"], c["median"]["raw"]
         print(
-            f"{c['turn']:<11}{c['threads']:>8}{c['median']['ours']['turns_per_s']:>9}"
-            f"{c['median']['raw']['turns_per_s']:>9}{c['ratio_vs_raw']:>7}"
-            f"{c['median']['ours']['client_cpu_us_per_turn']:>9}"
-            f"{c['median']['raw']['client_cpu_us_per_turn']:>8}"
+            f"{c['turn']:<11}{c['threads']:>8}{ours['turns_per_s']:>9}"
+            f"{raw_['turns_per_s']:>9}{c['ratio_vs_raw']:>7}"
+            f"{ours['client_cpu_us_per_turn']:>9}{raw_['client_cpu_us_per_turn']:>8}"
+            f"{c['cpu_ratio_vs_raw']:>10}"
             f"  {m['ours'].get('commits_per_turn')} | {m['raw'].get('commits_per_turn')},"
             f" {m['ours'].get('fsyncs_per_turn')} | {m['raw'].get('fsyncs_per_turn')},"
             f" {m['ours'].get('statements_per_turn')} | {m['raw'].get('statements_per_turn')}"
         )
+    print(
+        "medians over repetitions; ratio = ours / raw (turns/s); us = client CPU per turn (the"
+        " whole process); cpu ratio = ours / raw (above 1, ours costs more); commits and"
+        f" statements from the sqlite3 trace callback, fsyncs from {report['fsyncs_counted_by']},"
+        f" in runs of {report['settings']['count_turns']} turns"
+    )
+    start, end = report["machine_at_start"], report["machine_at_end"]
+    overloaded = sum(c["overloaded_cells"] for c in report["cells"])
+    total = 2 * len(report["cells"]) * report["settings"]["reps"]
+    shares = [
+        r[side]["machine"]["others_cpu_share"]
+        for c in report["cells"]
+        for r in c["reps"]
+        for side in ("ours", "raw")
+    ]
+    measured = [x for x in shares if x is not None]
+    print(
+        f"load {start['loadavg'][0]} at start, {end['loadavg'][0]} at end on {start['cpus']}"
+        f" cores; other work used up to {max(measured, default=0):.0%} of the cores during a"
+        f" cell; {overloaded} of {total} cells flagged (other work above {OTHERS_LIMIT:.0%})"
+    )
     length = report["thread_length"]
     print(
         f"thread length 10 vs {length['long_turns']}: {length['ms_per_turn_short']} vs"
