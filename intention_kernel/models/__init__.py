@@ -9,6 +9,9 @@
   environment; ``ConfigurationError`` says what to install or set.
 - ``check_schema`` / ``to_dialect``: what each provider's schema dialect can express.
 
+Every gateway also streams (``StreamingModelGateway``): ``stream`` yields the raw output text in
+pieces, then the response ``complete`` would have returned.
+
 Why lazy: a gateway's SDK is imported only when that gateway is used, so importing this package
 (or ``intention_kernel``) needs none of them. See ``docs/models.md``.
 """

@@ -12,7 +12,7 @@ from email.utils import parsedate_to_datetime
 from pydantic import JsonValue
 
 from ..contracts.errors import ModelGatewayError
-from ..contracts.gateway import ModelRequest
+from ..contracts.gateway import ModelOutputDelta, ModelRequest
 from .resolve import PROVIDERS
 from .retry import Failure
 
@@ -24,6 +24,7 @@ __all__ = [
     "parse_json",
     "redact",
     "render",
+    "restarted",
     "retry_after",
 ]
 
@@ -64,6 +65,11 @@ def render(request: ModelRequest, guides: Mapping[str, str]) -> tuple[str, str]:
     system = "\n\n".join(p for p in (request.system.strip(), guides.get(request.task, "")) if p)
     user = json.dumps(request.input, ensure_ascii=False, separators=(",", ":"))
     return system, user
+
+
+def restarted() -> ModelOutputDelta:
+    """What a stream yields before retrying after it had yielded deltas: drop them."""
+    return ModelOutputDelta(text="", restarted=True)
 
 
 def answer_name(task: str) -> str:

@@ -4,23 +4,29 @@ Why a tool: forcing one tool (``tool_choice={"type": "tool", "name": ...}``) who
 ``input_schema`` is the request's schema makes the model answer with exactly one JSON object,
 which the SDK hands over already decoded. The SDK's retries are off; ``RetryPolicy`` retries
 instead (an overloaded API answers 529).
+
+``stream`` asks the same through the SDK's message stream and yields the tool input's
+``input_json_delta.partial_json`` pieces; the SDK gathers the events into the message
+``complete`` would have got, read by the same ``_response``.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from contextlib import aclosing
 from typing import Any
 
 import anthropic
+import httpx2
 from anthropic import AsyncAnthropic
 from anthropic.types import Message
 
 from ..contracts.errors import ConfigurationError
-from ..contracts.gateway import ModelRefusal, ModelRequest, ModelResponse
-from ._common import TASK_GUIDES, answer_name, http_failure, model_name, render
-from .retry import Failure, RetryPolicy, with_retries
+from ..contracts.gateway import ModelOutputDelta, ModelRefusal, ModelRequest, ModelResponse
+from ._common import TASK_GUIDES, answer_name, http_failure, model_name, render, restarted
+from .retry import Failure, RetryPolicy, stream_with_retries, with_retries
 from .schemas import Dialect, strip_null_optionals, to_dialect
 
 __all__ = ["AnthropicGateway"]
@@ -34,6 +40,23 @@ _FINISH = {
     "refusal": "refusal",
 }
 _KEY_ENVS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
+# The status of each documented error type: an ``error`` event inside a stream comes after a 200.
+_ERROR_STATUS = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "billing_error": 402,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "timeout_error": 504,
+    "overloaded_error": 529,
+}
+
+
+class _Unreadable(Exception):
+    """The streamed tool input is not JSON the SDK can read (a server fault: retried)."""
 
 
 class AnthropicGateway:
@@ -91,7 +114,9 @@ class AnthropicGateway:
             self._schemas[key] = to_dialect("anthropic", schema)
         return self._schemas[key]
 
-    async def complete(self, request: ModelRequest) -> ModelResponse:
+    def _request(self, request: ModelRequest) -> tuple[str, str, dict[str, Any]]:
+        """The model to ask, the tool's name and the Messages parameters, the same for both ways
+        of asking."""
         name = model_name(request.model, self.model, self.prefixes)
         system, user = render(request, self.guides)
         tool = answer_name(request.task)
@@ -110,6 +135,10 @@ class AnthropicGateway:
         }
         if system:
             params["system"] = system
+        return name, tool, params
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        name, tool, params = self._request(request)
 
         async def call(seconds: float) -> Message:
             answer: Message = await self._client.messages.create(**params, timeout=seconds)
@@ -118,6 +147,51 @@ class AnthropicGateway:
         context = {"provider": self.provider, "model": name, "task": request.task}
         message = await with_retries(call, self._classify, self.retry, context)
         return self._response(message, tool, dict(request.output_schema))
+
+    async def stream(
+        self, request: ModelRequest
+    ) -> AsyncIterator[ModelOutputDelta | ModelResponse]:
+        """Deltas of the forced tool's input JSON, then the response ``complete`` would give.
+
+        Text blocks (a refusal's explanation) are never yielded. A failure before the first
+        delta is retried like ``complete``; a failure after deltas (an ``error`` event such as
+        ``overloaded_error``, a lost connection) is retried too, after
+        ``ModelOutputDelta("", restarted=True)``: a model call has no effect to repeat, and the
+        kernel uses only the final response.
+        """
+        name, tool, params = self._request(request)
+        schema = dict(request.output_schema)
+
+        async def attempt(seconds: float) -> AsyncGenerator[ModelOutputDelta | ModelResponse, None]:
+            answer: list[int] = []  # the indexes of the answer's tool_use blocks
+            async with self._client.messages.stream(**params, timeout=seconds) as events:
+                try:
+                    async for event in events:
+                        if event.type == "content_block_start":
+                            block = event.content_block
+                            if block.type == "tool_use" and block.name == tool:
+                                answer.append(event.index)
+                        elif (
+                            event.type == "content_block_delta"
+                            and event.delta.type == "input_json_delta"
+                            and event.index in answer
+                            and event.delta.partial_json
+                        ):
+                            yield ModelOutputDelta(text=event.delta.partial_json)
+                except ValueError as exc:  # the SDK could not read the tool input's JSON
+                    raise _Unreadable() from exc
+                message = await events.get_final_message()
+                if message.stop_reason is None:  # the body ended before message_delta: cut
+                    raise anthropic.APIConnectionError(
+                        message="the stream ended early", request=events.response.request
+                    )
+            yield self._response(message, tool, schema)
+
+        context = {"provider": self.provider, "model": name, "task": request.task}
+        retried = stream_with_retries(attempt, self._classify, self.retry, context, restarted)
+        async with aclosing(retried) as items:  # a consumer that stops early closes the stream
+            async for item in items:
+                yield item
 
     def _response(self, message: Message, tool: str, schema: dict[str, Any]) -> ModelResponse:
         used = message.usage
@@ -150,18 +224,27 @@ class AnthropicGateway:
             return Failure("timeout", True, "anthropic: the request timed out")
         if isinstance(exc, anthropic.APIConnectionError):
             return Failure("connection", True, "anthropic: could not reach the server")
+        # A stream's body is read outside the SDK's error mapping: its transport errors come bare.
+        if isinstance(exc, httpx2.TimeoutException):
+            return Failure("timeout", True, "anthropic: the request timed out")
+        if isinstance(exc, httpx2.TransportError):
+            return Failure("connection", True, "anthropic: the connection was lost")
         if isinstance(exc, anthropic.APIStatusError):
             body = exc.body if isinstance(exc.body, dict) else {}
             error = body.get("error") if isinstance(body.get("error"), dict) else body
             assert isinstance(error, dict)
+            kind = str(error.get("type") or "")
+            status = exc.status_code
+            if status < 400:  # an error event inside a stream, after a 200
+                status = _ERROR_STATUS.get(kind, 500)
             return http_failure(
                 "anthropic",
-                exc.status_code,
+                status,
                 headers=exc.response.headers,
                 detail=str(error.get("message") or ""),
-                code=str(error.get("type") or "") or None,
+                code=kind or None,
                 key_hint="ANTHROPIC_API_KEY",
             )
-        if isinstance(exc, anthropic.APIError | json.JSONDecodeError):  # a body that is not JSON
+        if isinstance(exc, anthropic.APIError | json.JSONDecodeError | _Unreadable):  # not JSON
             return Failure("server", True, "anthropic: the server's answer was unreadable")
         return None

@@ -5,28 +5,54 @@ speaks it, so one gateway serves them all by ``base_url``. The answer format is 
 with ``strict`` on when the schema can be expressed in strict mode (``schemas.check_schema``);
 otherwise the schema is sent as a guide (``strict: false``) and the kernel's own validation and
 repair do the rest. The SDK's retries are off; ``RetryPolicy`` retries instead.
+
+``stream`` asks the same with ``stream=True`` (usage in the last chunk) and yields each piece of
+``choices[0].delta.content``; the chunks are gathered into the completion ``complete`` would
+have got, read by the same ``_response``.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from contextlib import aclosing
 from typing import Any
 
 import openai
-from openai import AsyncOpenAI
-from openai.types.chat import ChatCompletion
+from openai import AsyncOpenAI, AsyncStream
+from openai.lib.streaming.chat import ChatCompletionStreamState
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from ..contracts.errors import ConfigurationError
-from ..contracts.gateway import ModelRefusal, ModelRequest, ModelResponse
-from ._common import TASK_GUIDES, answer_name, http_failure, model_name, parse_json, render
-from .retry import Failure, RetryPolicy, with_retries
+from ..contracts.gateway import ModelOutputDelta, ModelRefusal, ModelRequest, ModelResponse
+from ._common import (
+    TASK_GUIDES,
+    answer_name,
+    http_failure,
+    model_name,
+    parse_json,
+    render,
+    restarted,
+)
+from .retry import Failure, RetryPolicy, stream_with_retries, with_retries
 from .schemas import Dialect, check_schema, strip_null_optionals, to_dialect
 
 __all__ = ["OpenAIGateway"]
 
 _FINISH = {"stop": "stop", "tool_calls": "stop", "function_call": "stop", "length": "length"}
+# The status an error sent inside a stream (``data: {"error": ...}``, after a 200) would have had.
+_STREAM_ERROR_STATUS = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "invalid_api_key": 401,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "insufficient_quota": 429,
+    "rate_limit_exceeded": 429,
+    "requests": 429,
+    "tokens": 429,
+}
 
 
 class OpenAIGateway:
@@ -105,7 +131,9 @@ class OpenAIGateway:
             self._formats[key] = (sent, strict)
         return self._formats[key]
 
-    async def complete(self, request: ModelRequest) -> ModelResponse:
+    def _request(self, request: ModelRequest) -> tuple[str, dict[str, Any]]:
+        """The model to ask and the Chat Completions parameters, the same for both ways of
+        asking."""
         name = model_name(request.model, self.model, self.prefixes)
         system, user = render(request, self.guides)
         schema, strict = self._format(dict(request.output_schema))
@@ -129,6 +157,10 @@ class OpenAIGateway:
             params[limit] = self.max_tokens
         if self.temperature is not None:
             params["temperature"] = self.temperature
+        return name, params
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        name, params = self._request(request)
 
         async def call(seconds: float) -> ChatCompletion:
             answer: ChatCompletion = await self._client.chat.completions.create(
@@ -139,6 +171,44 @@ class OpenAIGateway:
         context = {"provider": self.provider, "model": name, "task": request.task}
         completion = await with_retries(call, self._classify, self.retry, context)
         return self._response(completion, dict(request.output_schema))
+
+    async def stream(
+        self, request: ModelRequest
+    ) -> AsyncIterator[ModelOutputDelta | ModelResponse]:
+        """Deltas of ``choices[0].delta.content``, then the response ``complete`` would give.
+
+        A refusal's text streams separately (``delta.refusal``) and is never yielded. A failure
+        before the first delta is retried like ``complete``; a failure after deltas (a lost
+        connection, an error event) is retried too, after ``ModelOutputDelta("", restarted=True)``:
+        a model call has no effect to repeat, and the kernel uses only the final response.
+        """
+        name, params = self._request(request)
+        schema = dict(request.output_schema)
+
+        async def attempt(seconds: float) -> AsyncGenerator[ModelOutputDelta | ModelResponse, None]:
+            chunks: AsyncStream[ChatCompletionChunk] = await self._client.chat.completions.create(
+                **params, stream=True, stream_options={"include_usage": True}, timeout=seconds
+            )
+            state: ChatCompletionStreamState[object] = ChatCompletionStreamState()
+            finished = False
+            async with chunks:
+                async for chunk in chunks:
+                    state.handle_chunk(chunk)
+                    for choice in chunk.choices:
+                        finished = finished or choice.finish_reason is not None
+                        if choice.index == 0 and choice.delta.content:
+                            yield ModelOutputDelta(text=choice.delta.content)
+                if not finished:  # the body ended before any choice did: the answer is cut
+                    raise openai.APIConnectionError(
+                        message="the stream ended early", request=chunks.response.request
+                    )
+            yield self._response(state.current_completion_snapshot, schema)
+
+        context = {"provider": self.provider, "model": name, "task": request.task}
+        retried = stream_with_retries(attempt, self._classify, self.retry, context, restarted)
+        async with aclosing(retried) as items:  # a consumer that stops early closes the stream
+            async for item in items:
+                yield item
 
     def _response(self, completion: ChatCompletion, schema: dict[str, Any]) -> ModelResponse:
         usage: dict[str, int] = {}
@@ -188,6 +258,17 @@ class OpenAIGateway:
                 exc.status_code,
                 headers=exc.response.headers,
                 detail=str(body.get("message") or ""),
+                code=exc.code,
+                key_hint=self.key_env,
+            )
+        if isinstance(exc, openai.APIError) and isinstance(exc.body, dict):  # an error event
+            status = _STREAM_ERROR_STATUS.get(str(exc.code)) or _STREAM_ERROR_STATUS.get(
+                str(exc.type), 500
+            )
+            return http_failure(
+                self.provider,
+                status,
+                detail=str(exc.body.get("message") or ""),
                 code=exc.code,
                 key_hint=self.key_env,
             )

@@ -5,27 +5,40 @@ Bedrock, Cohere and more, each with its own SDK and schema rules, which Pydantic
 profiles already apply. The answer is requested as structured output (``output_mode="auto"``
 lets each model choose a forced output tool or its native JSON Schema mode). The SDKs' retries
 are off (``max_retries=0``); ``RetryPolicy`` retries instead.
+
+``stream`` asks the same through ``pydantic_ai.direct.model_request_stream`` and yields the
+answer part's pieces (the output tool call's arguments, or the JSON text in native mode); the
+stream's final ``pydantic_ai`` response is read by the same ``_response``.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from contextlib import aclosing
 from typing import Any, Literal
 
 from pydantic_ai import exceptions as errors
 from pydantic_ai import messages
-from pydantic_ai.direct import model_request
-from pydantic_ai.models import Model, ModelRequestParameters, infer_model
+from pydantic_ai.direct import model_request, model_request_stream
+from pydantic_ai.models import Model, ModelRequestParameters, StreamedResponse, infer_model
 from pydantic_ai.output import OutputObjectDefinition
 from pydantic_ai.providers import infer_provider_class
 from pydantic_ai.settings import ModelSettings
 from pydantic_ai.tools import ToolDefinition
 
 from ..contracts.errors import ConfigurationError
-from ..contracts.gateway import ModelRefusal, ModelRequest, ModelResponse
-from ._common import TASK_GUIDES, answer_name, http_failure, parse_json, redact, render
-from .retry import Failure, RetryPolicy, with_retries
+from ..contracts.gateway import ModelOutputDelta, ModelRefusal, ModelRequest, ModelResponse
+from ._common import (
+    TASK_GUIDES,
+    answer_name,
+    http_failure,
+    parse_json,
+    redact,
+    render,
+    restarted,
+)
+from .retry import Failure, RetryPolicy, stream_with_retries, with_retries
 from .schemas import Dialect, strip_null_optionals
 
 __all__ = ["PydanticAIGateway"]
@@ -107,7 +120,11 @@ class PydanticAIGateway:
             return "anthropic"
         return "openai" if system == "openai" else None
 
-    async def complete(self, request: ModelRequest) -> ModelResponse:
+    def _request(
+        self, request: ModelRequest
+    ) -> tuple[str, list[messages.ModelMessage], ModelRequestParameters]:
+        """The answer's name, the messages and the structured-output parameters, the same for
+        both ways of asking."""
         system, user = render(request, self.guides)
         name = answer_name(request.task)
         schema: dict[str, Any] = dict(request.output_schema)
@@ -127,15 +144,24 @@ class PydanticAIGateway:
             ),
             allow_text_output=self.output_mode == "native",
         )
-        prompt = [messages.ModelRequest.user_text_prompt(user, instructions=system or None)]
+        prompt: list[messages.ModelMessage] = [
+            messages.ModelRequest.user_text_prompt(user, instructions=system or None)
+        ]
+        return name, prompt, params
+
+    def _settings(self, seconds: float) -> ModelSettings:
+        settings = self.settings.copy()
+        settings["timeout"] = seconds
+        return settings
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        name, prompt, params = self._request(request)
 
         async def call(seconds: float) -> messages.ModelResponse:
-            settings = self.settings.copy()
-            settings["timeout"] = seconds
             return await model_request(
                 self.model,
                 prompt,
-                model_settings=settings,
+                model_settings=self._settings(seconds),
                 model_request_parameters=params,
                 instrument=False,
             )
@@ -143,17 +169,58 @@ class PydanticAIGateway:
         context = {"provider": self.provider, "model": self.model.model_name, "task": request.task}
         try:
             answer = await with_retries(call, self._classify, self.retry, context)
-        except errors.ContentFilterError as exc:
+        except errors.UnexpectedModelBehavior as exc:
+            return self._unusable(exc)
+        return self._response(answer, name, dict(request.output_schema))
+
+    async def stream(
+        self, request: ModelRequest
+    ) -> AsyncIterator[ModelOutputDelta | ModelResponse]:
+        """Deltas of the answer part, then the response ``complete`` would give.
+
+        The answer part is the output tool's call (its arguments as the provider streams them;
+        a provider that sends them as an object, like Gemini, gives one delta with their JSON)
+        or, when the model answers in text (native output), that text. Other text and thinking
+        are never yielded. Failures before the first delta are retried like ``complete``; after
+        deltas, a retry follows ``ModelOutputDelta("", restarted=True)``: a model call has no
+        effect to repeat, and the kernel uses only the final response.
+        """
+        name, prompt, params = self._request(request)
+        schema = dict(request.output_schema)
+
+        async def attempt(seconds: float) -> AsyncGenerator[ModelOutputDelta | ModelResponse, None]:
+            async with model_request_stream(
+                self.model,
+                prompt,
+                model_settings=self._settings(seconds),
+                model_request_parameters=params,
+                instrument=False,
+            ) as response:
+                async for piece in _answer_pieces(response, name):
+                    yield ModelOutputDelta(text=piece)
+                answer = response.get()
+            yield self._response(answer, name, schema)
+
+        context = {"provider": self.provider, "model": self.model.model_name, "task": request.task}
+        retried = stream_with_retries(attempt, self._classify, self.retry, context, restarted)
+        try:
+            async with aclosing(retried) as items:  # a consumer that stops early closes it
+                async for item in items:
+                    yield item
+        except errors.UnexpectedModelBehavior as exc:
+            yield self._unusable(exc)
+
+    def _unusable(self, exc: errors.UnexpectedModelBehavior) -> ModelResponse:
+        """A content-filter stop Pydantic AI raised, or an answer it could not read (the
+        kernel's to repair, like invalid JSON)."""
+        if isinstance(exc, errors.ContentFilterError):
             return ModelResponse(
                 model=self.model.model_name,
                 provider=self.provider,
                 finish_reason="content_filter",
                 refusal=ModelRefusal(kind="content_filter", message=redact(exc.message)),
             )
-        except errors.UnexpectedModelBehavior:
-            # An answer that cannot be read is the kernel's to repair, like invalid JSON.
-            return ModelResponse(model=self.model.model_name, provider=self.provider)
-        return self._response(answer, name, schema)
+        return ModelResponse(model=self.model.model_name, provider=self.provider)
 
     def _response(
         self, answer: messages.ModelResponse, name: str, schema: dict[str, Any]
@@ -228,3 +295,36 @@ class PydanticAIGateway:
         if isinstance(exc, errors.UserError):
             return Failure("configuration", False, f"{provider}: {redact(exc)}")
         return None
+
+
+async def _answer_pieces(response: StreamedResponse, name: str) -> AsyncIterator[str]:
+    """The answer part's text as it streams: the first call of the output tool ``name``, or the
+    first text part when the request's resolved output mode answers in text."""
+    in_text = response.model_request_parameters.output_mode in ("native", "prompted")
+    index: int | None = None
+    whole = False  # arguments that come as an object are written out once, when the part ends
+    async for event in response:
+        if isinstance(event, messages.PartStartEvent) and index is None:
+            part = event.part
+            if isinstance(part, messages.ToolCallPart) and part.tool_name == name:
+                index = event.index
+                whole = isinstance(part.args, dict)
+                if isinstance(part.args, str) and part.args:
+                    yield part.args
+            elif isinstance(part, messages.TextPart) and in_text:
+                index = event.index
+                if part.content:
+                    yield part.content
+        elif isinstance(event, messages.PartDeltaEvent) and event.index == index:
+            delta = event.delta
+            if isinstance(delta, messages.TextPartDelta) and delta.content_delta:
+                yield delta.content_delta
+            elif isinstance(delta, messages.ToolCallPartDelta):
+                if isinstance(delta.args_delta, dict):
+                    whole = True
+                elif delta.args_delta and not whole:
+                    yield delta.args_delta
+        elif isinstance(event, messages.PartEndEvent) and event.index == index and whole:
+            part = event.part
+            if isinstance(part, messages.ToolCallPart):
+                yield json.dumps(part.args, ensure_ascii=False)

@@ -5,6 +5,10 @@ kernel's deadline. The gateways build their clients with ``max_retries=0`` and r
 jittered exponential backoff, at least as long as the provider's ``retry-after`` asks, never past
 ``RetryPolicy.deadline``, and only for failures that may pass (rate limits, overload, 5xx,
 timeouts, lost connections). Everything else fails at once.
+
+``stream_with_retries`` does the same for a streamed call: a failure before anything was
+yielded is retried exactly like ``with_retries``; after items were yielded, a retry first
+yields a restart marker so the consumer drops what it showed of the failed attempt.
 """
 
 from __future__ import annotations
@@ -12,13 +16,13 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ..contracts.errors import ConfigurationError, ModelGatewayError
 
-__all__ = ["Failure", "RetryPolicy", "with_retries"]
+__all__ = ["Failure", "RetryPolicy", "stream_with_retries", "with_retries"]
 
 T = TypeVar("T")
 
@@ -104,20 +108,82 @@ async def with_retries(
             failure = classify(exc)
             if failure is None:
                 raise
-            details = {
-                **context,
-                "kind": failure.kind,
-                "status": failure.status,
-                "attempts": attempt,
-                "retry_after": failure.retry_after,
-            }
-            if not failure.retryable:
-                raise ModelGatewayError(failure.message, retryable=False, context=details) from exc
-            if attempt >= policy.attempts:
-                message = f"{failure.message}; gave up after {attempt} attempts"
-                raise ModelGatewayError(message, context=details) from exc
-            delay = policy.backoff(attempt, failure.retry_after)
-            if policy.clock() + delay >= deadline:
-                message = f"{failure.message}; no time left before the deadline to try again"
-                raise ModelGatewayError(message, context=details) from exc
-            await policy.sleep(delay)
+            await policy.sleep(_wait(failure, exc, attempt, policy, deadline, context))
+
+
+async def stream_with_retries(
+    attempt: Callable[[float], AsyncGenerator[T, None]],
+    classify: Callable[[Exception], Failure | None],
+    policy: RetryPolicy,
+    context: dict[str, Any],
+    restart: Callable[[], T],
+) -> AsyncGenerator[T, None]:
+    """Yield what ``attempt(timeout)`` yields, retrying it as ``with_retries`` retries a call.
+
+    Each attempt's whole stream is bounded by ``attempt_timeout`` (cut to what is left of the
+    deadline), like a call that answers at once: a stream that stalls is a ``timeout``. After an
+    attempt that had yielded something fails and is retried, ``restart()`` is yielded before
+    the next attempt's items. The timer runs only while waiting for the next item, never across
+    a ``yield``, so the consumer's own pace is not cut short by a cancellation in its code.
+    """
+    deadline = policy.clock() + policy.deadline
+    number = 0
+    shown = False
+    while True:
+        number += 1
+        seconds = max(0.001, min(policy.attempt_timeout, deadline - policy.clock()))
+        ends = policy.clock() + seconds
+        items = attempt(seconds)
+        try:
+            while True:
+                try:
+                    async with asyncio.timeout(max(0.0, ends - policy.clock())):
+                        item = await anext(items)
+                except StopAsyncIteration:
+                    return
+                except Exception as exc:
+                    failure = classify(exc)
+                    if failure is None and isinstance(exc, TimeoutError):
+                        where = context.get("provider") or "the provider"
+                        failure = Failure("timeout", True, f"{where}: the request timed out")
+                    if failure is None:
+                        raise
+                    delay = _wait(failure, exc, number, policy, deadline, context)
+                    break
+                yield item
+                shown = True
+        finally:
+            await items.aclose()
+        if shown:
+            shown = False
+            yield restart()
+        await policy.sleep(delay)
+
+
+def _wait(
+    failure: Failure,
+    exc: Exception,
+    attempt: int,
+    policy: RetryPolicy,
+    deadline: float,
+    context: dict[str, Any],
+) -> float:
+    """The wait before the next attempt, or the ``ModelGatewayError`` to raise (final failure,
+    attempts spent, or no time left before the deadline)."""
+    details = {
+        **context,
+        "kind": failure.kind,
+        "status": failure.status,
+        "attempts": attempt,
+        "retry_after": failure.retry_after,
+    }
+    if not failure.retryable:
+        raise ModelGatewayError(failure.message, retryable=False, context=details) from exc
+    if attempt >= policy.attempts:
+        message = f"{failure.message}; gave up after {attempt} attempts"
+        raise ModelGatewayError(message, context=details) from exc
+    delay = policy.backoff(attempt, failure.retry_after)
+    if policy.clock() + delay >= deadline:
+        message = f"{failure.message}; no time left before the deadline to try again"
+        raise ModelGatewayError(message, context=details) from exc
+    return delay

@@ -8,8 +8,9 @@ Gemini ``generateContent``).
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx2
@@ -202,3 +203,177 @@ def gemini_call(name: str, value: Any, **kw: Any) -> httpx2.Response:
 def gemini_error(status: int, code: str, message: str, **headers: str) -> httpx2.Response:
     body = {"error": {"code": status, "message": message, "status": code}}
     return error(status, body, {k.replace("_", "-"): v for k, v in headers.items()})
+
+
+# Server-sent events ---------------------------------------------------------------------
+
+
+class EventStream(httpx2.AsyncByteStream):
+    """A ``text/event-stream`` body sent piece by piece; it may then stall (``stall`` seconds,
+    a server that stops writing) or lose the connection (``fail``)."""
+
+    def __init__(
+        self,
+        pieces: list[bytes],
+        *,
+        fail: type[httpx2.TransportError] | None = None,
+        stall: float = 0.0,
+    ) -> None:
+        self.pieces = pieces
+        self.fail = fail
+        self.stall = stall
+        self.closed = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for piece in self.pieces:
+            yield piece
+        if self.stall:
+            await asyncio.sleep(self.stall)
+        if self.fail is not None:
+            raise self.fail("connection lost mid-stream")
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+def sse(
+    events: list[tuple[str | None, Any]],
+    *,
+    fail: type[httpx2.TransportError] | None = None,
+    stall: float = 0.0,
+) -> httpx2.Response:
+    """A 200 ``text/event-stream`` response: one ``event:``/``data:`` block per event (``data``
+    as JSON, or as given when it is a string, like ``[DONE]``)."""
+    pieces = []
+    for name, data in events:
+        text = data if isinstance(data, str) else json.dumps(data)
+        pieces.append((f"event: {name}\n" if name else "") + f"data: {text}\n\n")
+    body = EventStream([p.encode() for p in pieces], fail=fail, stall=stall)
+    return httpx2.Response(200, headers={"content-type": "text/event-stream"}, stream=body)
+
+
+def split(text: str, size: int = 7) -> list[str]:
+    """A text in the small pieces a provider streams."""
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def openai_chunks(
+    content: str | None,
+    *,
+    finish: str | None = "stop",
+    refusal: str | None = None,
+    model: str = "gpt-4.1-mini-2025-04-14",
+    usage: tuple[int, int] | None = (120, 30),
+    upto: int | None = None,
+) -> list[tuple[str | None, Any]]:
+    """The chunks of a streamed chat completion (``stream_options.include_usage``): the role
+    first, the content (or refusal) in pieces, the finish reason, the usage, ``[DONE]``.
+    ``upto`` keeps only the first that many chunks (a stream cut short)."""
+    base = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion.chunk",
+        "created": 1_760_000_000,
+        "model": model,
+        "system_fingerprint": None,
+    }
+
+    def chunk(delta: dict[str, Any], reason: str | None = None) -> dict[str, Any]:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}
+        return {**base, "choices": [choice], "usage": None}
+
+    first = {"role": "assistant", "content": "" if refusal is None else None, "refusal": None}
+    chunks = [chunk(first)]
+    chunks += [chunk({"content": piece}) for piece in split(content or "")]
+    chunks += [chunk({"refusal": piece}) for piece in split(refusal or "")]
+    if finish is not None:
+        chunks.append(chunk({}, finish))
+    if usage is not None:
+        counts = {"prompt_tokens": usage[0], "completion_tokens": usage[1]}
+        chunks.append({**base, "choices": [], "usage": {**counts, "total_tokens": sum(usage)}})
+    events: list[tuple[str | None, Any]] = [(None, c) for c in chunks]
+    if upto is not None:
+        return events[:upto]
+    return [*events, (None, "[DONE]")]
+
+
+def openai_stream(content: str | None, **kw: Any) -> httpx2.Response:
+    return sse(openai_chunks(content, **kw))
+
+
+def anthropic_events(
+    blocks: list[dict[str, Any]],
+    *,
+    stop: str = "tool_use",
+    model: str = "claude-sonnet-4-5-20250929",
+    usage: tuple[int, int, int, int] = (100, 40, 0, 0),
+    upto: int | None = None,
+) -> list[tuple[str | None, Any]]:
+    """A streamed Messages answer as the API documents it: ``message_start`` (input usage),
+    per block ``content_block_start``, ``content_block_delta`` pieces (``input_json_delta`` for
+    a tool's input, ``text_delta`` for text) and ``content_block_stop``, a ``ping``, then
+    ``message_delta`` (stop reason, output tokens) and ``message_stop``."""
+    start: dict[str, Any] = {
+        "id": "msg_01",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {
+            "input_tokens": usage[0],
+            "output_tokens": 1,
+            "cache_creation_input_tokens": usage[2],
+            "cache_read_input_tokens": usage[3],
+        },
+    }
+    events: list[tuple[str | None, Any]] = [
+        ("message_start", {"type": "message_start", "message": start}),
+        ("ping", {"type": "ping"}),
+    ]
+    for index, block in enumerate(blocks):
+        if block["type"] == "tool_use":
+            opened = {**block, "input": {}}
+            text = json.dumps(block["input"])
+            deltas = [{"type": "input_json_delta", "partial_json": p} for p in ["", *split(text)]]
+        else:
+            opened = {"type": "text", "text": ""}
+            deltas = [{"type": "text_delta", "text": p} for p in split(block["text"])]
+        events.append(
+            (
+                "content_block_start",
+                {"type": "content_block_start", "index": index, "content_block": opened},
+            )
+        )
+        events += [
+            (
+                "content_block_delta",
+                {"type": "content_block_delta", "index": index, "delta": delta},
+            )
+            for delta in deltas
+        ]
+        events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
+    delta = {
+        "type": "message_delta",
+        "delta": {"stop_reason": stop, "stop_sequence": None},
+        "usage": {"output_tokens": usage[1]},
+    }
+    events += [("message_delta", delta), ("message_stop", {"type": "message_stop"})]
+    return events if upto is None else events[:upto]
+
+
+def anthropic_stream(blocks: list[dict[str, Any]], **kw: Any) -> httpx2.Response:
+    return sse(anthropic_events(blocks, **kw))
+
+
+def anthropic_tool_block(name: str, value: Any) -> dict[str, Any]:
+    return {"type": "tool_use", "id": "toolu_01", "name": name, "input": value}
+
+
+def anthropic_error_event(kind: str, message: str) -> tuple[str, Any]:
+    return ("error", {"type": "error", "error": {"type": kind, "message": message}})
+
+
+def gemini_stream(chunks: list[dict[str, Any]]) -> httpx2.Response:
+    """``streamGenerateContent?alt=sse``: one ``data:`` event per ``GenerateContentResponse``."""
+    return sse([(None, chunk) for chunk in chunks])

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 
 import pytest
 
 from intention_kernel.contracts.errors import ConfigurationError, ModelGatewayError
 from intention_kernel.models import Failure, RetryPolicy
-from intention_kernel.models.retry import with_retries
+from intention_kernel.models.retry import stream_with_retries, with_retries
 
 from .fakes import Clock, policy
 
@@ -97,3 +97,38 @@ async def test_other_exceptions_pass_through_untouched() -> None:
 
     with pytest.raises(KeyError):
         await with_retries(call, classify, policy(Clock()), {})
+
+
+def streaming(
+    *plans: tuple[list[str], Failure | None],
+) -> Callable[[float], AsyncGenerator[str, None]]:
+    """Attempts that yield their items, then fail (or end when the failure is ``None``)."""
+    queue = list(plans)
+
+    async def attempt(seconds: float) -> AsyncGenerator[str, None]:
+        items, failure = queue.pop(0)
+        for item in items:
+            yield item
+        if failure is not None:
+            raise Flaky(failure)
+
+    return attempt
+
+
+async def test_a_stream_restarts_only_after_it_had_yielded() -> None:
+    clock = Clock()
+    attempt = streaming(([], PASSING), (["a", "b"], PASSING), (["a", "b", "c"], None))
+    retried = stream_with_retries(attempt, classify, policy(clock), {}, lambda: "RESTART")
+    assert [item async for item in retried] == ["a", "b", "RESTART", "a", "b", "c"]
+    assert clock.waits == [0.5, 1.0]
+
+
+async def test_a_stream_fails_finally_like_a_call() -> None:
+    attempt = streaming((["a"], PASSING), (["a"], FINAL))
+    retried = stream_with_retries(attempt, classify, policy(Clock()), {}, lambda: "RESTART")
+    seen: list[str] = []
+    with pytest.raises(ModelGatewayError) as raised:  # noqa: PT012 - the items before it count
+        async for item in retried:
+            seen.append(item)
+    assert seen == ["a", "RESTART", "a"]
+    assert (raised.value.retryable, raised.value.context["attempts"]) == (False, 2)
