@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import asyncpg
@@ -23,29 +22,8 @@ from intention_kernel.durability.postgres import MIGRATIONS, PostgresDurability
 from intention_kernel.testing.conformance import Provider, commit_simple, effect, make_result
 from intention_kernel.testing.postgres import revoke_lease
 
+from ._statements import recorded
 from .conftest import open_store
-
-
-class CountingPool:
-    """Wraps a pool and counts statements (one statement = one round trip)."""
-
-    def __init__(self, pool: Any) -> None:
-        self.pool = pool
-        self.statements: list[str] = []
-
-    def _counted(self, name: str) -> Callable[..., Awaitable[Any]]:
-        method = getattr(self.pool, name)
-
-        async def call(sql: str, *args: Any, **kwargs: Any) -> Any:
-            self.statements.append(" ".join(sql.split())[:60])
-            return await method(sql, *args, **kwargs)
-
-        return call
-
-    def __getattr__(self, name: str) -> Any:
-        if name in ("fetchrow", "fetch", "execute", "fetchval"):
-            return self._counted(name)
-        return getattr(self.pool, name)
 
 
 async def test_setup_is_idempotent_and_concurrent(dsn: str, schema: str) -> None:
@@ -170,19 +148,39 @@ async def test_a_crashed_holders_lease_expires_after_its_ttl(dsn: str, schema: s
 
 async def test_round_trips_per_turn(dsn: str, schema: str) -> None:
     store = await open_store(dsn, schema)
-    counting = CountingPool(store._pool)
-    store._pool = counting
-    await commit_simple(store, "t1", "turn-1")
-    assert len(counting.statements) == 3, counting.statements  # acquire+load, commit, release
-    counting.statements.clear()
-    _, _, replayed = await commit_simple(store, "t1", "turn-1")
-    assert replayed and len(counting.statements) == 1, counting.statements  # one read, no lease
-    counting.statements.clear()
+    await commit_simple(store, "t0", "seed")  # the pool's connections are warm
+    with recorded() as sent:
+        await commit_simple(store, "t1", "turn-1")
+    # acquire+load, commit (which also releases the lease): nothing else
+    assert len(sent) == 2, sent
+    assert "INSERT INTO" in sent[0] and "leases" in sent[0]
+    assert "UPDATE" in sent[1] and "-infinity" in sent[1]
+    assert await lease_released(store, "t1")
+    with recorded() as sent:
+        _, _, replayed = await commit_simple(store, "t1", "turn-1")
+    assert replayed and len(sent) == 1, sent  # one read, no lease
     provider = Provider()
-    await commit_simple(store, "t1", "turn-2", effects=[(effect("k1"), provider.returning(1))])
-    # acquire+load, receipt read, prepared, completed, commit, release
-    assert len(counting.statements) == 6, counting.statements
+    with recorded() as sent:
+        await commit_simple(store, "t1", "turn-2", effects=[(effect("k1"), provider.returning(1))])
+    # acquire+load, prepared (insert unless the key exists), completed, commit+release
+    assert len(sent) == 4, sent
+    assert "ON CONFLICT (thread_id, idempotency_key) DO NOTHING" in sent[1]
+    assert await lease_released(store, "t1")
+    with recorded() as sent:  # the same key again: the conflict returns the stored receipt
+        _, executions, _ = await commit_simple(
+            store, "t1", "turn-3", effects=[(effect("k1"), provider.returning(2))]
+        )
+    assert executions[0].replayed and sum(provider.calls.values()) == 1
+    assert len(sent) == 3, sent  # acquire+load, prepare (conflict: receipt back), commit
     await store.close()
+
+
+async def lease_released(store: PostgresDurability, thread_id: str) -> bool:
+    released = await store.pool.fetchval(
+        f"SELECT expires_at = '-infinity' FROM \"{store.schema}\".leases WHERE thread_id = $1",
+        thread_id,
+    )
+    return bool(released)
 
 
 async def test_commits_are_synchronous_even_when_the_session_default_is_off(

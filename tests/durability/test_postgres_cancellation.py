@@ -116,7 +116,8 @@ async def test_a_renewal_that_cannot_finish_loses_the_lease_within_the_ttl(
     await store.close()
 
 
-# 2. A cancel of the turn while it stops the heartbeat is never swallowed.
+# 2. A cancel of the turn while it stops the heartbeat and releases is never swallowed (a
+# turn that ends without committing: a commit releases the lease itself).
 
 
 async def test_a_cancel_while_the_turn_ends_its_lease_always_propagates(
@@ -130,8 +131,7 @@ async def test_a_cancel_while_the_turn_ends_its_lease_always_propagates(
 
             async def operation(scope: TurnScope, committed: asyncio.Event = committed) -> None:
                 await asyncio.sleep(0.03)  # the heartbeat task is renewing now
-                await scope.commit(make_result(scope))
-                committed.set()
+                committed.set()  # and the turn ends without a commit
 
             turn = asyncio.create_task(store.with_turn("t1", f"turn-{run}", operation))
             await committed.wait()  # the turn now leaves its scope and stops the heartbeat
@@ -294,9 +294,12 @@ async def test_a_repeated_commit_is_a_typed_conflict(dsn: str, schema: str) -> N
         lease = scope._held()
         commit = turn_commit(store, make_result(scope))
         await store.storage_commit(lease, commit)
+        assert lease.released  # the commit released the lease in its own statement
         with pytest.raises(TurnConflictError) as caught:
-            await store.storage_commit(lease, commit)  # the head moved: it was this very commit
-        assert caught.value.code == ErrorCode.CHECKPOINT_REVISION_CONFLICT
+            # Fenced by that release; the lease was released by this very commit and the turn
+            # is in: the engine compares the stored result with its own.
+            await store.storage_commit(lease, commit)
+        assert caught.value.code == ErrorCode.TURN_ALREADY_COMMITTED
     conn = await asyncpg.connect(dsn)
     try:  # set the head back behind the adapter: the turn row itself refuses the repeat
         await conn.execute(

@@ -244,6 +244,14 @@ async def _one_turn(
         if scope.prior_result is not None:
             return {"outcome": "replayed", "response": scope.prior_result.response}
         _append(spec.log, {"enter": time.monotonic(), "pid": pid, "thread": turn.thread_id})
+        exited = False
+
+        def leave() -> None:
+            nonlocal exited
+            if not exited:
+                exited = True
+                _append(spec.log, {"exit": time.monotonic(), "pid": pid, "thread": turn.thread_id})
+
         try:
             values = []
             for key in turn.keys:
@@ -255,10 +263,15 @@ async def _one_turn(
             if spec.hold_in_turn:
                 await asyncio.sleep(spec.hold_in_turn)
             result = make_result(scope, {"effects": values, "turn": turn.turn_id})
+            # The commit releases the lease in its own statement: the handler's exclusive
+            # part ends with it. The next holder can enter only once it has committed, and
+            # after it this handler can write nothing (every write is refused: RELIABILITY
+            # I2's "fenced"), so the probe logs the exit as the commit is sent.
+            leave()
             await scope.commit(result, make_events(scope, EVENTS))
             return {"outcome": "committed", "response": result.response}
         finally:
-            _append(spec.log, {"exit": time.monotonic(), "pid": pid, "thread": turn.thread_id})
+            leave()
 
     base = {"thread": turn.thread_id, "turn": turn.turn_id, "pid": pid}
     try:

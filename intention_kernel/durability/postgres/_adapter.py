@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Generator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -45,8 +46,8 @@ log = logging.getLogger("intention_kernel.postgres")
 
 APPLICATION_NAME = "intention_kernel"
 
-_WRITTEN_HEADS = 4096
-"""How many threads' last committed result texts are remembered (see ``_head``)."""
+HEAD_CACHE_BYTES = 32 * 2**20
+"""Default memory for the threads' last committed result texts (see ``_head``): 32 MiB."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +60,14 @@ class _Acquired:
     row: Any
     sent: float
     """Loop time the statement was sent: the lease is proven held until ``sent + ttl``."""
+
+
+@dataclass(frozen=True, slots=True)
+class _ReadOnly:
+    """The replay SELECT's row (``None``: not committed), sent instead of the acquire on a
+    read-only session."""
+
+    row: Any
 
 
 async def _keep_session(conn: Any) -> None:
@@ -113,8 +122,20 @@ class PostgresDurability(
         heartbeat_interval: float | None = None,
         json_limits: JsonLimits = DEFAULT_LIMITS,
         statement_timeout: float | None = None,
+        head_cache_bytes: int = HEAD_CACHE_BYTES,
     ) -> None:
         super().__init__(lock_timeout=lock_timeout, json_limits=json_limits)
+        if (
+            not isinstance(head_cache_bytes, int)
+            or isinstance(head_cache_bytes, bool)
+            or head_cache_bytes < 0
+        ):
+            raise ConfigurationError(
+                "head_cache_bytes must be a whole number of bytes, 0 or more",
+                context={"setting": "head_cache_bytes"},
+            )
+        self.head_cache_bytes = head_cache_bytes
+        """Memory bound of the committed-text cache (0 turns it off)."""
         self.schema = _schema.check_schema_name(schema)
         self.lease_settings = LeaseSettings(lease_ttl, heartbeat_interval)
         if statement_timeout is None:
@@ -137,6 +158,7 @@ class PostgresDurability(
         # thread id -> the result text this process last committed on it. A head whose stored
         # text is equal to it was written by our own encoder (see ``decode_own_model``).
         self._written: dict[str, str] = {}
+        self._written_bytes = 0
         self.server_synchronous_commit: str | None = None
         # Lease releases that outlive a cancelled caller; ``close`` waits for them.
         self._background: set[asyncio.Task[None]] = set()
@@ -155,6 +177,7 @@ class PostgresDurability(
         heartbeat_interval: float | None = None,
         json_limits: JsonLimits = DEFAULT_LIMITS,
         statement_timeout: float | None = None,
+        head_cache_bytes: int = HEAD_CACHE_BYTES,
         min_size: int = 1,
         max_size: int = 10,
         statement_cache_size: int = 100,
@@ -198,6 +221,7 @@ class PostgresDurability(
                     heartbeat_interval=heartbeat_interval,
                     json_limits=json_limits,
                     statement_timeout=statement_timeout,
+                    head_cache_bytes=head_cache_bytes,
                 )
             except BaseException:
                 if owns:  # refused settings must not leak the pool we just opened
@@ -283,34 +307,81 @@ class PostgresDurability(
 
     # ---------------------------------------------------------------- lease
 
+    async def _replay_read_only(self, thread_id: str, turn_id: str, refusal: Any) -> _Acquired:
+        """On a read-only session: a committed turn is read with a plain SELECT (it replays
+        there); any other turn is refused as the write would have been."""
+        row = await self._fetchrow(self._sql.replay, thread_id, turn_id)
+        if row is None:
+            raise refusal
+        return _Acquired(None, False, row, 0.0)
+
+    async def _acquire_statement(self, thread_id: str, turn_id: str, owner: str) -> Any:
+        """The acquire statement, or the replay SELECT (its row wrapped in ``_ReadOnly``) when
+        the pooled session says it is read-only (``default_transaction_read_only``, a hot standby:
+        both reported by the server on every connection since PostgreSQL 14)."""
+        sql = self._sql
+
+        async def run(seconds: float) -> Any:
+            async with self._pool.acquire(timeout=seconds) as conn:
+                settings = conn.get_settings()
+                if (
+                    getattr(settings, "default_transaction_read_only", "off") == "on"
+                    or getattr(settings, "in_hot_standby", "off") == "on"
+                ):
+                    row = await conn.fetchrow(sql.replay, thread_id, turn_id, timeout=seconds)
+                    return _ReadOnly(row)
+                return await conn.fetchrow(
+                    sql.acquire,
+                    thread_id,
+                    turn_id,
+                    owner,
+                    self.lease_settings.ttl,
+                    True,
+                    timeout=seconds,
+                )
+
+        return await bounded(run, self.statement_timeout)
+
     async def _try_acquire(
         self, thread_id: str, turn_id: str, *, skip_committed: bool
     ) -> _Acquired:
         owner = new_owner()
         sent = asyncio.get_running_loop().time()
-        statement = self._fetchrow(
-            self._sql.acquire,
-            thread_id,
-            turn_id,
-            owner,
-            self.lease_settings.ttl,
-            skip_committed,
+        statement = (
+            self._acquire_statement(thread_id, turn_id, owner)
+            if skip_committed
+            else self._fetchrow(
+                self._sql.acquire, thread_id, turn_id, owner, self.lease_settings.ttl, False
+            )
         )
         try:  # run to its end even if the caller is cancelled meanwhile (see ``settle``)
             row, cancel = await settle(statement)
         except BaseException as exc:
             if isinstance(exc, KernelError) and not exc.retryable:
+                if skip_committed and exc.code is ErrorCode.STORE_READ_ONLY:
+                    # Read-only without the server saying so (a pooler in between).
+                    return await self._replay_read_only(thread_id, turn_id, exc)
                 raise  # refused outright: it took nothing
             # Timed out, connection lost or cancelled: it may have taken the lease all the same.
             await self._give_back(thread_id, owner)
             raise
+        if isinstance(row, _ReadOnly):  # the replay SELECT: nothing was taken
+            if cancel is not None:
+                raise cancel
+            if row.row is None:
+                raise DurabilityError(
+                    "the database session is read-only (a standby?)",
+                    code=ErrorCode.STORE_READ_ONLY,
+                    context={"thread_id": thread_id},
+                )
+            return _Acquired(None, False, row.row, sent)
         if cancel is not None:
             if row["epoch"] is not None:
                 await self._give_back(thread_id, owner)
             raise cancel
         lease = None if row["epoch"] is None else PgLease(thread_id, row["epoch"], owner)
         # The preloaded checkpoint is current only if the previous holder had released the
-        # lease before this statement's snapshot (it committed before releasing).
+        # lease before this statement's snapshot (a commit releases it in its own transaction).
         trusted = lease is not None and (
             (row["seen_rows"] == 0 and lease.epoch == 1) or row["released_epoch"] == lease.epoch - 1
         )
@@ -395,6 +466,7 @@ class PostgresDurability(
         heartbeat = Heartbeat(
             lambda: self._renew(lease), self.lease_settings, task, detect_loss=self._fenced
         )
+        lease.heartbeat = heartbeat
         heartbeat.start(acquired.sent)
         try:
             yield lease
@@ -410,9 +482,10 @@ class PostgresDurability(
             heartbeat.halt()  # now, so that it cannot cancel this task any more
             if heartbeat.lost and task.cancelling():
                 task.uncancel()
-            # Shielded: a cancel of this task propagates at once (never swallowed) while the
-            # lease is still released, in order, by ``_end_lease``.
-            await asyncio.shield(self._spawn(self._end_lease(lease, heartbeat)))
+            if not lease.released:  # the usual end: the commit released it, nothing to send
+                # Shielded: a cancel of this task propagates at once (never swallowed) while
+                # the lease is still released, in order, by ``_end_lease``.
+                await asyncio.shield(self._spawn(self._end_lease(lease, heartbeat)))
 
     async def _end_lease(self, lease: PgLease, heartbeat: Heartbeat) -> None:
         """Release once the renewal and every write of the turn in flight ended, so none
@@ -464,21 +537,47 @@ class PostgresDurability(
         return result.checkpoint
 
     def _remember_written(self, thread_id: str, text: str) -> None:
+        """Keep ``text`` as the thread's last commit, within ``head_cache_bytes`` (the least
+        recently committed threads go first; a text larger than the bound is not kept)."""
         written = self._written
-        written.pop(thread_id, None)
-        if len(written) >= _WRITTEN_HEADS:
-            del written[next(iter(written))]  # the least recently committed thread
+        old = written.pop(thread_id, None)
+        if old is not None:
+            self._written_bytes -= sys.getsizeof(old)
+        size = sys.getsizeof(text)
+        if size > self.head_cache_bytes:
+            return
+        self._written_bytes += size
+        while self._written_bytes > self.head_cache_bytes:
+            oldest = next(iter(written))
+            self._written_bytes -= sys.getsizeof(written.pop(oldest))
         written[thread_id] = text
 
     async def storage_commit(self, lease: PgLease, commit: TurnCommit) -> None:
+        thread_id, turn_id = commit.thread_id, commit.turn_id
+        # The commit is one statement and so its own transaction: this is its last moment
+        # before COMMIT (a crash here commits nothing).
+        crash_point(CrashPoint.INSIDE_COMMIT, thread_id=thread_id, turn_id=turn_id)
+        heartbeat = lease.heartbeat
+        if heartbeat is not None:
+            heartbeat.halt()  # the commit releases the lease: no renewal may race it
+        try:
+            row = await self._commit_statement(lease, commit)
+        except BaseException as exc:
+            if heartbeat is not None and not (lease.released or isinstance(exc, LeaseLostError)):
+                heartbeat.resume()  # the lease is still held (or in doubt): keep it alive
+            raise
+        lease.released = bool(row["released"])
+        if not lease.released and heartbeat is not None:
+            heartbeat.resume()
+        self._remember_written(thread_id, commit.result_json)
+
+    async def _commit_statement(self, lease: PgLease, commit: TurnCommit) -> Any:
+        """The commit statement; its row when the turn committed, else the typed refusal."""
         thread_id, turn_id, loaded_revision = (
             commit.thread_id,
             commit.turn_id,
             commit.loaded_revision,
         )
-        # The commit is one statement and so its own transaction: this is its last moment
-        # before COMMIT (a crash here commits nothing).
-        crash_point(CrashPoint.INSIDE_COMMIT, thread_id=thread_id, turn_id=turn_id)
         try:
             with lease.write():
                 row = await self._fetchrow(
@@ -506,6 +605,14 @@ class PostgresDurability(
                 ) from cause
             raise
         if not row["fenced"]:
+            after = await self._fetchrow(
+                self._sql.after_commit, thread_id, lease.epoch, lease.owner, turn_id
+            )
+            if after["released_by_us"] and after["committed"]:
+                # An earlier attempt of this commit landed (and released the lease) but its
+                # answer was lost: the engine compares the stored result with this one.
+                lease.released = True
+                raise _turns.already_committed(thread_id, turn_id)
             raise LeaseLostError(
                 context={"thread_id": thread_id, "epoch": lease.epoch, "turn_id": turn_id}
             )
@@ -514,7 +621,7 @@ class PostgresDurability(
             raise TurnConflictError(  # pragma: no cover - the check above always raises
                 code=ErrorCode.CHECKPOINT_REVISION_CONFLICT, context={"thread_id": thread_id}
             )
-        self._remember_written(thread_id, commit.result_json)
+        return row
 
     # ---------------------------------------------------------------- effects
 
@@ -522,19 +629,41 @@ class PostgresDurability(
         self, lease: PgLease, turn_id: str, identity: EffectIdentity
     ) -> EffectStart:
         thread_id, key = lease.thread_id, identity.idempotency_key
-        for _ in range(5):
+        # A new key (the usual case): ``prepared`` is inserted unless the key exists, one
+        # statement; the stored receipt comes back with a conflict.
+        start = start_effect(None, identity, thread_id=thread_id, turn_id=turn_id, now=self._now())
+        receipt = start.receipt
+        with lease.write():
             row = await self._fetchrow(
-                self._sql.read_receipt, thread_id, lease.epoch, lease.owner, key
+                self._sql.prepare_receipt,
+                thread_id,
+                lease.epoch,
+                lease.owner,
+                key,
+                receipt.id,
+                str(receipt.status),
+                receipt.updated_at,
+                encode_model(receipt, limits=self.json_limits, what="receipt"),
             )
-            if not row["fenced"]:
-                raise LeaseLostError(context={"thread_id": thread_id, "epoch": lease.epoch})
+        if not row["fenced"]:
+            raise LeaseLostError(context={"thread_id": thread_id, "epoch": lease.epoch})
+        if row["written"]:
+            return start
+        text = row["existing"]
+        for _ in range(5):
+            if text is None:  # inserted concurrently, after this statement's snapshot
+                row = await self._fetchrow(
+                    self._sql.read_receipt, thread_id, lease.epoch, lease.owner, key
+                )
+                if not row["fenced"]:
+                    raise LeaseLostError(context={"thread_id": thread_id, "epoch": lease.epoch})
+                text = row["receipt"]
             existing = (
                 None
-                if row["receipt"] is None
-                else decode_model(
-                    EffectReceipt, row["receipt"], what="receipt", thread_id=thread_id
-                )
+                if text is None
+                else decode_model(EffectReceipt, text, what="receipt", thread_id=thread_id)
             )
+            text = None
             start = start_effect(
                 existing, identity, thread_id=thread_id, turn_id=turn_id, now=self._now()
             )

@@ -2,8 +2,10 @@
 
 A lease is a row ``(thread_id, owner, epoch, expires_at)``; expiry is computed on the database
 clock. Acquiring inserts the row or takes over an expired one and bumps ``epoch``; the
-``(epoch, owner)`` pair is the fencing token every write checks. A heartbeat renews the row
-while the operation runs; if it cannot prove the lease is still held before it would expire
+``(epoch, owner)`` pair is the fencing token every write checks. The turn's commit releases
+the row in its own statement (``released``). A heartbeat renews the row while the operation
+runs, and stops when the commit is sent (a renewal racing the release would find it released
+and take that for a loss); if it cannot prove the lease is still held before it would expire
 (every renewal is bounded by that moment: a hung statement or an exhausted pool cannot hide a
 loss), or finds it taken, it cancels the turn, which then ends with ``LeaseLostError``.
 """
@@ -28,6 +30,9 @@ class PgLease(Lease):
     """``epoch`` plus ``owner`` (unique per acquisition) is the fencing token."""
 
     owner: str = ""
+    released: bool = field(default=False, compare=False)
+    """The commit released the lease (in its own statement): nothing is left to give back."""
+    heartbeat: Heartbeat | None = field(default=None, compare=False, repr=False)
     writing: int = field(default=0, compare=False)
     """Fenced writes in flight: the release waits for them, so none arrives after it."""
     _idle: asyncio.Event | None = field(default=None, init=False, repr=False, compare=False)
@@ -120,6 +125,16 @@ class Heartbeat:
     def _due(self) -> None:
         self._timer = None
         self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def resume(self) -> None:
+        """Re-arm after a ``halt`` whose reason went away (a commit that did not release):
+        the next renewal is due one interval after the last proven one."""
+        if self._timer is not None or self.lost:
+            return
+        loop = asyncio.get_running_loop()
+        delay = max(0.0, self._confirmed + self.settings.interval - loop.time())
+        self._task = None
+        self._timer = loop.call_later(delay, self._due)
 
     def halt(self) -> None:
         """Stop renewing at once; from then on the heartbeat cannot cancel the owner."""

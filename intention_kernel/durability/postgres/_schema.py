@@ -109,6 +109,13 @@ MIGRATIONS: tuple[str, ...] = (
         RETURN NULL;
     END $$;
     """,
+    # 4: one index less to write per outbox event. ``outbox_by_thread`` (every row) repeated
+    # ``outbox_open_by_thread`` for undelivered rows, which is what claims, stats and the
+    # per-thread ordering rule read; a thread's whole history (``read_outbox`` by thread) is
+    # found through the unique ``(thread_id, turn_id, sequence)`` index.
+    """
+    DROP INDEX IF EXISTS {s}.outbox_by_thread;
+    """,
 )
 
 

@@ -2,7 +2,9 @@
 
 Each write is one statement (its own short transaction) that checks the lease epoch and owner,
 and that the lease was not released, in the same statement (``fence`` locks the lease row
-``FOR SHARE``, so a takeover waits for it to commit and then sees its effects).
+``FOR SHARE``, so a takeover waits for it to commit and then sees its effects). The commit
+also releases the lease, in its own transaction: a no-effect turn is two statements (acquire,
+commit) and no crash can leave a committed turn's lease to expire by its TTL.
 ``set_config(..., true)`` applies to that statement's transaction only, so it also works behind
 a transaction-mode pooler: ledger writes and commits are synchronous (``on``) whatever the
 server default; lease bookkeeping is not (``off``) because the owner token makes a lost lease
@@ -24,12 +26,15 @@ class Statements:
     acquire: str
     load: str
     find_turn: str
+    replay: str
     renew: str
     release: str
     release_owner: str
     read_receipt: str
+    prepare_receipt: str
     write_receipt: str
     commit: str
+    after_commit: str
 
     @classmethod
     def render(cls, schema: str, *, fencing: bool = True) -> Statements:
@@ -43,6 +48,9 @@ class Statements:
             if fencing
             else "SELECT 1 AS ok WHERE $1::text = $1 AND $2::bigint = $2 AND $3::text = $3"
         )
+        # The commit releases the row it fenced on: locked for that update from the start (a
+        # share lock upgraded later could deadlock with another upgrader).
+        commit_fence = fence.replace(" FOR SHARE", " FOR NO KEY UPDATE")
         return cls(
             # $1 thread, $2 turn (or ''), $3 owner, $4 ttl seconds, $5 skip when committed.
             # One statement: the committed turn (replay) or the lease plus the checkpoint.
@@ -79,6 +87,10 @@ LEFT JOIN {s}.heads h ON h.thread_id = $1
 LEFT JOIN {s}.turns c ON c.thread_id = $1 AND c.turn_id = h.turn_id""",
             find_turn=f"SELECT result, fingerprint FROM {s}.turns "
             "WHERE thread_id = $1 AND turn_id = $2",
+            # A read-only session (a standby, ``default_transaction_read_only``): a plain
+            # SELECT, so a committed turn replays where ``acquire`` (it writes) cannot run.
+            replay=f"SELECT result AS prior_result, fingerprint AS prior_fingerprint"
+            f" FROM {s}.turns WHERE thread_id = $1 AND turn_id = $2",
             renew=f"""
 UPDATE {s}.leases SET expires_at = clock_timestamp() + make_interval(secs => $4::float8)
 WHERE thread_id = $1 AND epoch = $2 AND owner = $3 AND expires_at <> '-infinity'
@@ -97,6 +109,22 @@ WHERE thread_id = $1 AND owner = $2 AND {_SYNC_OFF}""",
 SELECT (SELECT receipt FROM {s}.receipts WHERE thread_id = $1 AND idempotency_key = $4)
            AS receipt,
        EXISTS ({fence.replace(" FOR SHARE", "")}) AS fenced""",
+            # $4 key, $5 id, $6 status, $7 updated_at, $8 receipt: a new key's ``prepared``
+            # receipt in one statement. On a conflict nothing is written and the stored receipt
+            # comes back (an initplan, evaluated only then; NULL if a concurrent insert is not
+            # in this statement's snapshot: the caller reads it).
+            prepare_receipt=f"""
+WITH fence AS ({fence}),
+written AS (
+    INSERT INTO {s}.receipts (thread_id, idempotency_key, id, status, updated_at, receipt)
+    SELECT $1, $4, $5, $6, $7, $8 FROM fence WHERE {_SYNC_ON}
+    ON CONFLICT (thread_id, idempotency_key) DO NOTHING
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM fence) AS fenced, (SELECT count(*) FROM written) AS written,
+       CASE WHEN NOT EXISTS (SELECT 1 FROM written) THEN
+           (SELECT receipt FROM {s}.receipts WHERE thread_id = $1 AND idempotency_key = $4)
+       END AS existing""",
             # $4 key, $5 id, $6 status, $7 updated_at, $8 receipt, $9 expected stored status
             # (NULL: must not exist yet) - a compare-and-set against operator resolutions.
             write_receipt=f"""
@@ -113,9 +141,10 @@ written AS (
 )
 SELECT (SELECT count(*) FROM fence) AS fenced, (SELECT count(*) FROM written) AS written""",
             # $4 turn, $5 new revision, $6 loaded revision, $7 fingerprint, $8 result,
-            # $9 sequences, $10 events. Turn row, head CAS and outbox: one statement, one commit.
+            # $9 sequences, $10 events. Turn row, head CAS, outbox and the lease's release (only
+            # when the head moved): one statement, one commit.
             commit=f"""
-WITH fence AS ({fence}),
+WITH fence AS ({commit_fence}),
 head AS (
     INSERT INTO {s}.heads AS h (thread_id, revision, turn_id)
     SELECT $1, $5, $4 FROM fence WHERE {_SYNC_ON}
@@ -133,9 +162,20 @@ head AS (
     FROM head, unnest($9::int[], $10::text[]) WITH ORDINALITY AS e(sequence, event, n)
     ORDER BY e.n
     RETURNING 1
+), released AS (
+    UPDATE {s}.leases SET expires_at = '-infinity'
+    WHERE thread_id = $1 AND epoch = $2 AND owner = $3 AND EXISTS (SELECT 1 FROM head)
+    RETURNING 1
 )
 SELECT (SELECT count(*) FROM fence) AS fenced,
        (SELECT count(*) FROM head) AS moved,
        (SELECT count(*) FROM turn) + (SELECT count(*) FROM events) AS written,
+       (SELECT count(*) FROM released) AS released,
        (SELECT revision FROM {s}.heads WHERE thread_id = $1) AS stored_revision""",
+            # $4 turn. Only after a commit was not fenced: did this very lease release itself
+            # (an earlier attempt of this commit landed, its answer lost) and is the turn in?
+            after_commit=f"""
+SELECT EXISTS (SELECT 1 FROM {s}.leases WHERE thread_id = $1 AND epoch = $2 AND owner = $3
+               AND expires_at = '-infinity') AS released_by_us,
+       EXISTS (SELECT 1 FROM {s}.turns WHERE thread_id = $1 AND turn_id = $4) AS committed""",
         )

@@ -226,21 +226,43 @@ class SQLiteDurability(SQLiteOutboxSource, SQLiteInspection, DurabilityEngine[_L
     async def storage_open_turn(
         self, thread_id: str, turn_id: str
     ) -> AsyncIterator[OpenedTurn[_Lease]]:
-        # A replay needs no lock: a committed turn never changes.
-        prior = await self._db.read(lambda conn: _read_turn(conn, thread_id, turn_id))
-        if prior is not None:
-            yield OpenedTurn(prior, None)
-            return
+        """One hand-off to the worker thread in the usual case: lock the thread's file
+        without waiting and read the turn, epoch and head there; a committed turn is
+        replayed without the lock. Only when another holder has the lock does the turn wait
+        for it here (polling) and load in a second hand-off."""
+        self._locks.ensure_directory()
+        locks = self._locks
+        fd = locks.take(thread_id)
+        try:
 
+            def open_turn(conn: sqlite3.Connection) -> OpenedTurn[_Lease] | None:
+                locked = locks.try_lock(fd, thread_id)
+                prior = _read_turn(conn, thread_id, turn_id)
+                if prior is not None:
+                    return OpenedTurn(prior, None)  # a replay needs no lock
+                if not locked:
+                    return None
+                # Read only: the first write of the turn bumps the epoch (module docstring).
+                lease = _Lease(thread_id, _read_epoch(conn, thread_id))
+                return OpenedTurn(None, lease, _read_head(conn, thread_id))
+
+            opened = await self._db.read(open_turn)
+            if opened is None:  # another holder has it: wait, then load under the lock
+                await locks.wait(fd, thread_id, self.lock_timeout)
+                opened = await self._db.read(self._load(thread_id, turn_id))
+            yield opened
+        finally:
+            locks.give_back(thread_id, fd)  # unlocks a lock taken (a replay took none)
+
+    @staticmethod
+    def _load(thread_id: str, turn_id: str) -> Callable[[sqlite3.Connection], OpenedTurn[_Lease]]:
         def load(conn: sqlite3.Connection) -> OpenedTurn[_Lease]:
-            # Read only: the first write of the turn bumps the epoch (see the module docstring).
             lease = _Lease(thread_id, _read_epoch(conn, thread_id))
             return OpenedTurn(
                 _read_turn(conn, thread_id, turn_id), lease, _read_head(conn, thread_id)
             )
 
-        async with self._hold(thread_id):
-            yield await self._db.read(load)
+        return load
 
     @asynccontextmanager
     async def storage_lease(self, thread_id: str) -> AsyncIterator[_Lease]:
@@ -386,6 +408,7 @@ class SQLiteDurability(SQLiteOutboxSource, SQLiteInspection, DurabilityEngine[_L
         return await self._fenced_write(lease, reconcile)
 
     async def storage_close(self) -> None:
+        self._locks.close()
         await self._db.close()
 
     # ---------------------------------------------------------------- reading back

@@ -10,6 +10,12 @@ has open would let two holders lock two different files.
 Waiting polls ``LOCK_NB`` with a short back-off so the event loop is never blocked. The epoch
 (fencing token) is kept in the database by the adapter, bumped right after the file is locked.
 
+Descriptors are kept open between turns (``take``/``give_back``): a released descriptor is
+unlocked, then kept idle for the next turn on its thread, at most one per thread and
+``IDLE_DESCRIPTORS`` in all. An idle descriptor is never locked, and two holders in one process
+never share one (each takes its own), so they still exclude each other. The least recently
+released one is closed first.
+
 Modes: a new lock directory is 0700 and lock files take the directory's read and write bits
 (0600 in it), so another local user can neither list threads nor block one by holding a
 ``flock``. An operator who shares the store with a group creates the directory beforehand
@@ -35,6 +41,8 @@ __all__ = ["LockFiles"]
 
 _FIRST_POLL = 0.001
 _MAX_POLL = 0.02
+IDLE_DESCRIPTORS = 256
+"""Unlocked lock-file descriptors kept open for reuse (one per recently used thread)."""
 
 
 class LockFiles:
@@ -44,6 +52,8 @@ class LockFiles:
         self.directory = directory
         self._ready = False
         self._file_mode = 0o600
+        self._idle: dict[str, int] = {}
+        self._pid = os.getpid()
 
     def ensure_directory(self) -> None:
         if not self._ready:
@@ -71,19 +81,64 @@ class LockFiles:
         digest = hashlib.sha256(thread_id.encode("utf-8")).hexdigest()[:40]
         return self.directory / f"{digest}.lock"
 
-    @asynccontextmanager
-    async def hold(self, thread_id: str, wait: float) -> AsyncIterator[None]:
-        path = self.path_for(thread_id)
+    def take(self, thread_id: str) -> int:
+        """An unlocked descriptor of the thread's lock file, for one holder."""
+        if self._pid != os.getpid():  # a forked child: the parent's descriptors are not ours
+            self._idle, self._pid = {}, os.getpid()
+        fd = self._idle.pop(thread_id, None)
+        if fd is not None:
+            return fd
         with translate_errors(what="lock file", thread_id=thread_id):
-            fd = self._open(path)
-        try:
-            await self._wait(fd, thread_id, wait)
-            yield
-        finally:
+            return self._open(self.path_for(thread_id))
+
+    def give_back(self, thread_id: str, fd: int) -> None:
+        """Release the lock (if held) and keep the descriptor for the thread's next turn."""
+        idle = self._idle
+        if thread_id in idle or self._pid != os.getpid():
             os.close(fd)  # closing the only descriptor releases the flock
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        except OSError:
+            os.close(fd)
+            return
+        while len(idle) >= IDLE_DESCRIPTORS and idle:
+            os.close(idle.pop(next(iter(idle))))  # the least recently released thread's
+        if IDLE_DESCRIPTORS > 0:
+            idle[thread_id] = fd
+        else:
+            os.close(fd)
+
+    def close(self) -> None:
+        """Close the idle descriptors."""
+        idle, self._idle = self._idle, {}
+        for fd in idle.values():
+            os.close(fd)
 
     @staticmethod
-    async def _wait(fd: int, thread_id: str, wait: float) -> None:
+    def try_lock(fd: int, thread_id: str) -> bool:
+        """Lock without waiting; ``False`` when another holder has it."""
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            return False
+        except OSError as exc:
+            with translate_errors(what="lock file", thread_id=thread_id):
+                raise exc
+
+    @asynccontextmanager
+    async def hold(self, thread_id: str, wait: float) -> AsyncIterator[None]:
+        fd = self.take(thread_id)
+        try:
+            await self.wait(fd, thread_id, wait)
+            yield
+        finally:
+            self.give_back(thread_id, fd)
+
+    @staticmethod
+    async def wait(fd: int, thread_id: str, wait: float) -> None:
+        """Lock, polling until ``wait`` seconds have passed (then ``LOCK_TIMEOUT``)."""
         deadline = time.monotonic() + wait
         delay = _FIRST_POLL
         while True:
