@@ -90,12 +90,26 @@ RULES = [
         "the kernel reaches storage only through the contracts' protocols (and of the model"
         " layer uses only its schema rules and model-string resolver)",
         ("intention_kernel/kernel",),
-        within("contracts", "kernel", "models.schemas", "models.resolve"),
+        within("contracts", "kernel", "models.schemas", "models.resolve", "telemetry"),
     ),
     Rule(
         "the relay delivers through the contracts' OutboxSource, not a store's code",
         ("intention_kernel/relay",),
-        within("contracts", "relay", "crashpoints"),
+        within("contracts", "relay", "crashpoints", "telemetry"),
+    ),
+    Rule(
+        "telemetry sits below the kernel and the relay: it knows only the contracts",
+        ("intention_kernel/telemetry.py",),
+        within("contracts", "telemetry", "__version__"),
+    ),
+    Rule(
+        "only intention_kernel/telemetry.py imports opentelemetry (an optional extra)",
+        tuple(
+            str(path.relative_to(ROOT))
+            for path in sorted((ROOT / "intention_kernel").rglob("*.py"))
+            if path != ROOT / "intention_kernel" / "telemetry.py"
+        ),
+        driver("opentelemetry"),
     ),
     Rule(
         "the command line and the relay open stores through durability.factory and the adapters'"

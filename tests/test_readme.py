@@ -36,13 +36,16 @@ def test_the_agent_quickstart_runs_as_written(
     assert out.splitlines() == [
         "Please confirm: Book the quoted stay (quote_id: Q-7).",
         "Booked BK-Q-7.",
+        "True",  # streamed: the text deltas add up to the committed answer
+        "True",  # run_sync on a store opened with open_durability_sync
     ]
+    assert (tmp_path / "desk.db").exists()
 
 
 def test_the_durability_quickstart_runs_and_replays(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    [quickstart] = [b for b in PYTHON if "open_durability" in b]
+    [quickstart] = [b for b in PYTHON if "open_durability(" in b]
     monkeypatch.chdir(tmp_path)
     first = _run(quickstart, capsys)
     again = _run(quickstart, capsys)  # the same turn delivered again: a replay

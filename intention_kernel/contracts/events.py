@@ -7,14 +7,27 @@ causal branches. Integration events are committed in the outbox with the turn.
 
 from __future__ import annotations
 
+import inspect
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from .codec import StoredJsonObject
 
-__all__ = ["EventCategory", "KernelEvent", "StoredEvent"]
+__all__ = ["TRACEPARENT_PATTERN", "EventCategory", "KernelEvent", "StoredEvent"]
+
+TRACEPARENT_PATTERN = r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$"
+"""A W3C Trace Context ``traceparent`` (version, trace id, parent id, flags)."""
+
+_EXCLUDE_IF = "exclude_if" in inspect.signature(Field).parameters
+"""pydantic >= 2.11 leaves a field out by value at almost no cost; older ones need a
+serializer around the whole model (a Python call per event)."""
+
+
+def _absent(value: object) -> bool:
+    return value is None
 
 
 class EventCategory(StrEnum):
@@ -49,6 +62,22 @@ class KernelEvent(BaseModel):
     causation_id: str | None = None
     category: EventCategory = EventCategory.INTEGRATION
     data: StoredJsonObject = Field(default_factory=dict)
+    # ``traceparent``: the W3C Trace Context of the turn's span when it was traced
+    # (OpenTelemetry), so the relay can send it on and a consumer's span joins the turn's
+    # trace. Left out of the JSON when absent: events without it are stored exactly as before.
+    if _EXCLUDE_IF:
+        traceparent: str | None = Field(
+            default=None, pattern=TRACEPARENT_PATTERN, exclude_if=_absent
+        )
+    else:  # pragma: no cover - pydantic before 2.11
+        traceparent: str | None = Field(default=None, pattern=TRACEPARENT_PATTERN)  # type: ignore[no-redef]
+
+        @model_serializer(mode="wrap")
+        def _without_absent_traceparent(self, handler: SerializerFunctionWrapHandler) -> Any:
+            shaped = handler(self)
+            if self.traceparent is None and isinstance(shaped, dict):
+                shaped.pop("traceparent", None)
+            return shaped
 
 
 class StoredEvent(BaseModel):

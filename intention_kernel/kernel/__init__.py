@@ -35,6 +35,14 @@ from .states import (
     ModelVisibility,
     StepStatus,
 )
+from .streaming import (
+    ConfirmationHeld,
+    StepFinished,
+    StepStarted,
+    StreamItem,
+    TextDelta,
+    TurnCompleted,
+)
 from .visibility import FactType, define_fact
 
 __all__ = [
@@ -48,6 +56,7 @@ __all__ = [
     "Completed",
     "Confirmation",
     "ConfirmationAnswer",
+    "ConfirmationHeld",
     "ConfirmationMode",
     "Effect",
     "EffectKind",
@@ -69,8 +78,13 @@ __all__ = [
     "Redactor",
     "Response",
     "StepEvents",
+    "StepFinished",
+    "StepStarted",
     "StepStatus",
     "StepSummary",
+    "StreamItem",
+    "TextDelta",
+    "TurnCompleted",
     "TurnInfo",
     "TurnResult",
     "TurnUsage",

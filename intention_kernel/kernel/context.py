@@ -33,6 +33,7 @@ from ..contracts.receipts import (
     EffectReceipt,
     ReceiptStatus,
 )
+from ..telemetry import effect_span
 from .approval import Approval, ConfirmationAnswer
 from .events import EventRecorder
 from .facts import parse_fact_ref
@@ -234,29 +235,36 @@ class CapabilityContext:
             )
         identity = EffectIdentity(f"{self.capability_id}:{key}", self.capability_id, self.step_id)
         ledger_key = identity.idempotency_key
-        try:
-            # The step's validated input is the request: the ledger refuses the same key for
-            # another input (EFFECT_REQUEST_MISMATCH), never replaying it.
-            execution = await self._scope.run_effect(identity, operation, request=self._request)
-        except EffectUncertainError as exc:
-            if exc.receipt is None:
-                # No receipt in hand (an adapter that does not attach it): the kernel reads
-                # the ledger for this key when the step ends, as for an interrupted call.
+        # The ik.effect span (the key only as a hash) is current while the provider is called.
+        with effect_span(self.capability_id, ledger_key) as traced:
+            try:
+                # The step's validated input is the request: the ledger refuses the same key
+                # for another input (EFFECT_REQUEST_MISMATCH), never replaying it.
+                execution = await self._scope.run_effect(identity, operation, request=self._request)
+            except EffectUncertainError as exc:
+                traced.settled(ReceiptStatus.UNCERTAIN, exc.receipt, None)
+                if exc.receipt is None:
+                    # No receipt in hand (an adapter that does not attach it): the kernel reads
+                    # the ledger for this key when the step ends, as for an interrupted call.
+                    self._interrupt(ledger_key)
+                else:
+                    self._settled(ledger_key)
+                    self._receipts.append(uncertain_copy(exc.receipt))
+                raise
+            except EffectNotAppliedError:
+                traced.settled(ReceiptStatus.FAILED, None, None)
+                self._settled(ledger_key)  # the host proved nothing happened: a known outcome
+                raise
+            except (UsageError, EffectConflictError):
+                traced.settled("refused", None, None)
+                raise  # refused before this call started anything (in progress, nested, closed)
+            except BaseException:
+                # Cancelled or failed part-way: remember the key, re-raise unchanged (a
+                # cancellation is never swallowed). The kernel asks the ledger when the step
+                # ends.
                 self._interrupt(ledger_key)
-            else:
-                self._settled(ledger_key)
-                self._receipts.append(uncertain_copy(exc.receipt))
-            raise
-        except EffectNotAppliedError:
-            self._settled(ledger_key)  # the host proved nothing happened: a known outcome
-            raise
-        except (UsageError, EffectConflictError):
-            raise  # refused before this call started anything (in progress, nested, closed)
-        except BaseException:
-            # Cancelled or failed part-way: remember the key, re-raise unchanged (a
-            # cancellation is never swallowed). The kernel asks the ledger when the step ends.
-            self._interrupt(ledger_key)
-            raise
+                raise
+            traced.settled(execution.receipt.status, execution.receipt, execution.replayed)
         self._settled(ledger_key)
         self._receipts.append(execution.receipt)
         return execution

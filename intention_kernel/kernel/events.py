@@ -63,6 +63,7 @@ def _prebuilt_is_faithful() -> bool:
         "causation_id": None,
         "category": EventCategory.TRACE,
         "data": {"k": [1, "x", None]},
+        "traceparent": None,
     }
     try:
         fast, slow = _prebuilt(dict(sample)), _validated(dict(sample))
@@ -83,7 +84,7 @@ build_event: Callable[[dict[str, Any]], KernelEvent] = (
 
 
 class EventRecorder:
-    __slots__ = ("_clock", "_events", "_redact", "thread_id", "trace_id", "turn_id")
+    __slots__ = ("_clock", "_events", "_redact", "thread_id", "trace_id", "traceparent", "turn_id")
 
     # Event ids are the trace id (time-ordered, 64 random bits, unique per attempt) plus the
     # sequence: unique across turns and attempts without drawing randomness per event.
@@ -102,6 +103,8 @@ class EventRecorder:
         self._redact = redact
         self._clock = clock or _now
         self._events: list[KernelEvent] = []
+        self.traceparent: str | None = None
+        """The turn span's W3C ``traceparent``, stamped on every event when it was traced."""
 
     def emit(
         self,
@@ -137,6 +140,7 @@ class EventRecorder:
                 "causation_id": None if cause is None else cause.id,
                 "category": category,
                 "data": data if data is not None else {},
+                "traceparent": self.traceparent,
             }
         )
         self._events.append(event)

@@ -16,6 +16,7 @@ from ..contracts.errors import ConfigurationError
 from ..contracts.gateway import ModelGateway
 from ..contracts.ids import new_id
 from ..contracts.sinks import EventSink
+from ..telemetry import Telemetry
 from .agent import AgentDefinition
 from .compat import Compatibility, Migration
 from .compile import compile_manifest
@@ -50,6 +51,9 @@ class Kernel:
     ``model`` may be left out when every agent names its models (``define_agent(models=...)``).
     ``clock`` (``() -> datetime``) and ``ids`` (``prefix -> id``) default to the wall clock
     and ``new_id``; fixed ones make a recorded conversation replay to the byte.
+    ``tracer_provider`` and ``meter_provider`` (OpenTelemetry SDK providers) receive the
+    kernel's spans and metrics; by default the global ones, which cost next to nothing until
+    the host configures the SDK (see ``docs/observability.md``).
     """
 
     def __init__(
@@ -63,6 +67,8 @@ class Kernel:
         sinks: Sequence[EventSink] = (),
         clock: Clock | None = None,
         ids: IdFactory | None = None,
+        tracer_provider: object | None = None,
+        meter_provider: object | None = None,
     ) -> None:
         problems = []
         if not callable(getattr(durability, "with_turn", None)):
@@ -95,6 +101,9 @@ class Kernel:
         self.sinks = tuple(sinks)
         self.clock: Clock = clock or _now
         self.ids: IdFactory = ids or new_id
+        self.telemetry = Telemetry(
+            tracer_provider=tracer_provider, meter_provider=meter_provider, redact=redact
+        )
 
     def _resolve(self, model: str) -> ModelGateway:
         """One gateway per model string for this kernel (a ``ConfigurationError`` says what to
@@ -156,4 +165,5 @@ class Kernel:
             durability=self.durability,
             redact=self.redact,
             sinks=self.sinks,
+            telemetry=self.telemetry,
         )

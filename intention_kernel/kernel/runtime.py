@@ -13,7 +13,8 @@ import asyncio
 import hashlib
 import json
 import logging
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import AsyncIterator, Generator, Mapping, Sequence
 from typing import Any
 
 from pydantic import JsonValue
@@ -24,12 +25,15 @@ from ..contracts.events import EventCategory, KernelEvent
 from ..contracts.ids import validate_thread_id, validate_turn_id
 from ..contracts.sinks import EventSink, OutcomeKind
 from ..contracts.turns import DurableTurnResult
+from ..telemetry import Telemetry, db_system
 from .compat import Compatibility, admit_checkpoint
 from .context import TurnInfo
 from .events import EventRecorder, Redactor
 from .pipeline import AgentRuntime, TurnState, run_pipeline
 from .pipeline.state import Meter
+from .portal import portal_of
 from .response import Response, TurnResult
+from .streaming import Progress, ProgressRecorder, StreamItem, drive
 from .validation import validate_host_context, validate_selection, validate_text, validate_timeout
 
 __all__ = ["CompiledAgent", "request_fingerprint"]
@@ -62,8 +66,12 @@ class CompiledAgent:
         durability: Durability,
         redact: Redactor | None,
         sinks: Sequence[EventSink],
+        telemetry: Telemetry | None = None,
     ) -> None:
         self._runtime = runtime
+        # Spans and metrics (``intention_kernel.telemetry``): the global providers by default.
+        self._telemetry = telemetry if telemetry is not None else Telemetry(redact=redact)
+        self._store_system = db_system(durability)
         self._compat = compatibility
         self._durability = durability
         self._redact = redact
@@ -93,6 +101,96 @@ class CompiledAgent:
         host_context: Mapping[str, Any] | None = None,
         timeout: float | None = None,  # noqa: ASYNC109 - part of the public contract
     ) -> TurnResult:
+        """Run one turn and return what it committed (or replay the stored one)."""
+        return await self._run(thread_id, turn_id, text, selection, host_context, timeout, None)
+
+    def stream(
+        self,
+        *,
+        thread_id: str,
+        turn_id: str,
+        text: str,
+        selection: Mapping[str, JsonValue] | None = None,
+        host_context: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> AsyncIterator[StreamItem]:
+        """``run``, yielding provisional progress and last the committed ``TurnCompleted``.
+
+        The turn starts at the first iteration; errors (a refused request included) are raised
+        by the iteration. Close it early (``contextlib.aclosing``) or cancel its consumer and
+        the turn is cancelled as a cancelled ``run`` is (see ``docs/streaming.md``).
+        """
+        return drive(
+            lambda progress: self._run(
+                thread_id, turn_id, text, selection, host_context, timeout, progress
+            )
+        )
+
+    def run_sync(
+        self,
+        *,
+        thread_id: str,
+        turn_id: str,
+        text: str,
+        selection: Mapping[str, JsonValue] | None = None,
+        host_context: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> TurnResult:
+        """``run`` for a thread without an event loop: blocks until the turn ended.
+
+        The turn runs on the loop the agent's store lives on (``open_durability_sync``), or on
+        the shared background loop. Called from a running loop, ``UsageError``.
+        """
+        return portal_of(self._durability).call(
+            lambda: self.run(
+                thread_id=thread_id,
+                turn_id=turn_id,
+                text=text,
+                selection=selection,
+                host_context=host_context,
+                timeout=timeout,
+            ),
+            what="run_sync",
+        )
+
+    def stream_sync(
+        self,
+        *,
+        thread_id: str,
+        turn_id: str,
+        text: str,
+        selection: Mapping[str, JsonValue] | None = None,
+        host_context: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> Generator[StreamItem, None, None]:
+        """``stream`` for a thread without an event loop, as a plain iterator.
+
+        Closing it early (``close()``, leaving a ``with contextlib.closing(...)`` block) cancels
+        the turn and waits for it, as closing ``stream`` does. From a running loop, ``UsageError``.
+        """
+        return portal_of(self._durability).iterate(
+            lambda: self.stream(
+                thread_id=thread_id,
+                turn_id=turn_id,
+                text=text,
+                selection=selection,
+                host_context=host_context,
+                timeout=timeout,
+            ),
+            what="stream_sync",
+        )
+
+    async def _run(
+        self,
+        thread_id: str,
+        turn_id: str,
+        text: str,
+        selection: Mapping[str, JsonValue] | None,
+        host_context: Mapping[str, Any] | None,
+        timeout: float | None,  # noqa: ASYNC109 - run's own argument
+        progress: Progress | None,
+    ) -> TurnResult:
+        """The one path of ``run`` and ``stream``; ``progress`` listens for a stream."""
         limits = self._runtime.limits
         validate_thread_id(thread_id)
         validate_turn_id(turn_id)
@@ -103,13 +201,30 @@ class CompiledAgent:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + (seconds if seconds is not None else 86_400.0)
         trace_id = self._runtime.ids("trace")
-        recorder = EventRecorder(thread_id, turn_id, trace_id, self._redact, self._runtime.clock)
+        clock = self._runtime.clock
+        recorder = (
+            EventRecorder(thread_id, turn_id, trace_id, self._redact, clock)
+            if progress is None
+            else ProgressRecorder(thread_id, turn_id, trace_id, self._redact, clock, progress)
+        )
         turn = TurnInfo(thread_id, turn_id, trace_id, text, chosen)
         released: list[KernelEvent] = []
         composed: list[Response] = []
         meter = Meter()
+        definition = self._runtime.definition
+        traced = self._telemetry.turn(
+            agent_id=definition.id,
+            agent_version=definition.version,
+            fingerprint=self._runtime.fingerprint,
+            thread_id=thread_id,
+            turn_id=turn_id,
+            store=self._store_system,
+        )
+        called: list[float] = []  # when with_turn was called; emptied by the first attempt
 
         async def operation(scope: TurnScope) -> tuple[DurableTurnResult, bool]:
+            if called:
+                traced.acquired(called.pop())  # lease wait and checkpoint load, measured once
             prior = scope.prior_result
             if prior is not None:
                 return prior, True
@@ -126,6 +241,7 @@ class CompiledAgent:
                 deadline=deadline,
                 facts={} if checkpoint is None else {f.id: f for f in checkpoint.facts},
                 meter=meter,
+                progress=progress,
             )
             state.start_event = recorder.emit(
                 "turn.started",
@@ -144,21 +260,25 @@ class CompiledAgent:
 
         fp = request_fingerprint(text, chosen)
         limit = asyncio.timeout_at(deadline if seconds is not None else None)
-        try:
-            async with limit:
-                stored, replayed = await self._durability.with_turn(
-                    thread_id, turn_id, operation, request_fingerprint=fp
-                )
-        except TimeoutError:
-            if not limit.expired():
-                raise  # someone else's timeout, not the turn's deadline
-            raise TurnTimeoutError(
-                context={"thread_id": thread_id, "turn_id": turn_id, "timeout": seconds}
-            ) from None
-        if released:
-            await self._publish(released)
+        with traced:  # the ik.turn span, current while the turn runs
+            recorder.traceparent = traced.traceparent  # sent on with the outbox events
+            called.append(time.perf_counter())
+            try:
+                async with limit:
+                    stored, replayed = await self._durability.with_turn(
+                        thread_id, turn_id, operation, request_fingerprint=fp
+                    )
+            except TimeoutError:
+                if not limit.expired():
+                    raise  # someone else's timeout, not the turn's deadline
+                raise TurnTimeoutError(
+                    context={"thread_id": thread_id, "turn_id": turn_id, "timeout": seconds}
+                ) from None
+            traced.outcome(replayed)
+            if released:
+                await self._publish(released)
         # A first run hands back the response it committed; a replay reads the stored one.
-        return TurnResult(
+        result = TurnResult(
             response=composed[0] if composed else Response.model_validate(stored.response),
             checkpoint=stored.checkpoint,
             thread_id=stored.thread_id,
@@ -167,6 +287,9 @@ class CompiledAgent:
             replayed=replayed,
             usage=meter.usage(),
         )
+        if progress is not None:
+            progress.settle(result.response.text)  # a replay shows its stored answer at once
+        return result
 
     async def _publish(self, events: list[KernelEvent]) -> None:
         """Hand the turn's released events to the in-process sinks, best effort.

@@ -37,6 +37,7 @@ from ..contracts.ids import new_id
 from ..contracts.outbox import OutboxNotifier, OutboxSource, OutboxStats
 from ..contracts.sinks import EventSink, OutcomeKind, PublishOutcome
 from ..crashpoints import RelayCrashPoint, crash_point
+from ..telemetry import RelayTelemetry
 from ._backoff import Backoff
 
 __all__ = ["BatchReport", "OutboxRelay", "RelayStats"]
@@ -94,6 +95,7 @@ class OutboxRelay:
         poll_interval: float = 1.0,
         publish_timeout: float | None = None,
         wakeup: Wakeup | None = None,
+        meter_provider: object | None = None,
     ) -> None:
         if not isinstance(batch_size, int) or not 1 <= batch_size <= 10_000:
             raise ConfigurationError("batch_size must be an integer in [1, 10000]")
@@ -117,6 +119,8 @@ class OutboxRelay:
             wakeup = source.wait_for_events
         self._wakeup = wakeup
         self.stats = RelayStats()
+        # ik.relay.delivery.lag and ik.relay.dead_letters; the global meter provider by default.
+        self.telemetry = RelayTelemetry(self.relay_id, meter_provider=meter_provider)
         self._stopping = asyncio.Event()
         self._woken = asyncio.Event()
 
@@ -216,12 +220,14 @@ class OutboxRelay:
         heads = [queue[0] for queue in queues.values()]
         outcomes = await self._publish([stored.event for stored in heads])
         acked: list[int] = []
+        sent: list[KernelEvent] = []
         for stored, outcome in zip(heads, outcomes, strict=True):
             thread_id = stored.event.thread_id
             queue = queues[thread_id]
             if outcome.kind is OutcomeKind.OK:
                 queue.popleft()
                 acked.append(stored.position)
+                sent.append(stored.event)
                 if not queue:
                     del queues[thread_id]
                 continue
@@ -243,6 +249,7 @@ class OutboxRelay:
             crash_point(RelayCrashPoint.RELAY_MARKED, relay_id=self.relay_id, acked=len(acked))
             report.delivered += len(acked)
             self.stats.delivered += len(acked)
+            self.telemetry.delivered(sent)
             self.stats.last_delivery_at = datetime.now(UTC)
 
     async def _publish(self, events: list[KernelEvent]) -> list[PublishOutcome]:
@@ -279,6 +286,7 @@ class OutboxRelay:
         if updated is None:
             logger.warning("relay %s: claim on %s expired", self.relay_id, stored.event.id)
         elif updated.dead:
+            self.telemetry.dead_lettered(str(outcome.kind))
             report.dead_lettered += 1
             self.stats.dead_lettered += 1
             logger.error(

@@ -4,18 +4,23 @@ Each task (``interpret``, ``repair``, ``compose``) gets a script entry: a JSON v
 every time), a function of the request (``request -> value``, sync or async), or a list of
 those (answered in turn; the last one repeats). Every request is recorded, so tests can assert
 how many model calls a turn made (``count("interpret")``, ``calls``).
+
+It streams too (``stream``): the JSON of its answer in pieces of ``chunk_size`` characters, each
+after a real suspension (so a test can cancel between them), then the ``ModelResponse``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
-from collections.abc import Callable, Mapping, Sequence
+import json
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 from pydantic import JsonValue
 
 from ..contracts.errors import ModelGatewayError
-from ..contracts.gateway import ModelRequest, ModelResponse
+from ..contracts.gateway import ModelOutputDelta, ModelRequest, ModelResponse
 
 __all__ = ["ScriptEntry", "ScriptedModelGateway"]
 
@@ -29,7 +34,15 @@ class ScriptedModelGateway:
     an entry that returns an exception raises it.
     """
 
-    def __init__(self, script: Mapping[str, ScriptEntry | Sequence[ScriptEntry]] | None = None):
+    def __init__(
+        self,
+        script: Mapping[str, ScriptEntry | Sequence[ScriptEntry]] | None = None,
+        *,
+        chunk_size: int = 8,
+    ):
+        if chunk_size < 1:
+            raise ValueError("chunk_size must be at least 1")
+        self.chunk_size = chunk_size
         self._script: dict[str, Any] = dict(script or {})
         self._cursor: dict[str, int] = {}
         self.calls: list[ModelRequest] = []
@@ -73,3 +86,16 @@ class ScriptedModelGateway:
         if isinstance(value, ModelResponse):
             return value
         return ModelResponse.model_construct(output=value, model=request.model, usage={})
+
+    async def stream(
+        self, request: ModelRequest
+    ) -> AsyncIterator[ModelOutputDelta | ModelResponse]:
+        """The answer ``complete`` gives, first as its JSON text in small pieces."""
+        response = await self.complete(request)
+        if response.output is not None:
+            text = json.dumps(response.output, ensure_ascii=False)
+            for start in range(0, len(text), self.chunk_size):
+                await asyncio.sleep(0)
+                yield ModelOutputDelta(text=text[start : start + self.chunk_size])
+        await asyncio.sleep(0)
+        yield response

@@ -175,6 +175,7 @@ def test_prebuilt_events_equal_validated_ones() -> None:
         "causation_id": "evt_0",
         "category": EventCategory.AUDIT,
         "data": {"a": {"b": [1, 2.5, True, None]}},
+        "traceparent": f"00-{'a' * 32}-{'b' * 16}-01",
     }
     fast, slow = _prebuilt(dict(fields)), _validated(dict(fields))
     assert build_event is _prebuilt

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ...contracts.events import KernelEvent
 from ...contracts.turns import DurableTurnResult
+from ...telemetry import plan_span
 from .commit import commit
 from .compose import compose
 from .execute import execute
@@ -31,8 +32,15 @@ async def run_pipeline(state: TurnState) -> tuple[DurableTurnResult, list[Kernel
         malformed = []
     else:
         malformed = await interpret(state)
-    await plan(state, malformed)
-    resume(state, chosen)
+    with plan_span() as planned:  # the ik.plan span: a repair call nests in it
+        await plan(state, malformed)
+        resume(state, chosen)
+        if state.plan is not None:
+            planned.planned(
+                len(state.plan.steps),
+                ((h.step.capability.id, str(h.status)) for h in state.plan.held),
+                len(state.plan.clarifications),
+            )
     await execute(state)
     reduce(state)
     await compose(state)

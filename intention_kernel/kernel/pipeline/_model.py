@@ -5,19 +5,30 @@ what the agent's fact types let a model see (withheld values scrubbed from the w
 is recorded as ``model.invoked`` (a hash and the sizes of the prompt, never its text) and
 ``model.completed`` (finish reason, tokens, duration by the kernel's clock), and is counted in
 the turn's usage. A refusal or a content-filter stop comes back as its own outcome: neither a
-retry nor a repair would change it, so the stages answer safely instead.
+retry nor a repair would change it, so the stages answer safely instead. A stage that shows
+the answer while it is written passes ``on_delta``: a streaming gateway is then asked with
+``stream``, and only its final response is checked and used.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from json.encoder import encode_basestring
 
 from pydantic import JsonValue
 
 from ...contracts.errors import ErrorCode, KernelError, ModelGatewayError
-from ...contracts.gateway import ModelRefusal, ModelRequest, ModelResponse
+from ...contracts.gateway import (
+    ModelGateway,
+    ModelOutputDelta,
+    ModelRefusal,
+    ModelRequest,
+    ModelResponse,
+    StreamingModelGateway,
+)
+from ...telemetry import model_span
 from ..routing import provider_of
 from .state import TurnState
 
@@ -54,6 +65,8 @@ async def ask(
     task: str,
     payload: dict[str, JsonValue],
     schema: dict[str, JsonValue],
+    *,
+    on_delta: Callable[[ModelOutputDelta], None] | None = None,
 ) -> Reply:
     """Send one request to the task's model; a gateway that answers something other than a
     ``ModelResponse`` is treated as a provider failure (nothing committed)."""
@@ -99,18 +112,30 @@ async def ask(
     state.meter.calls += 1
     started = runtime.clock()
     try:
-        response = await route.gateway.complete(request)
+        # The "chat {model}" span is current while the gateway runs: an instrumented HTTP
+        # client's span nests under it.
+        with model_span(task, provider, route.model or route.label) as call:
+            response = await _answer(route.gateway, request, on_delta)
+            if not isinstance(response, ModelResponse):
+                raise ModelGatewayError(
+                    "the model gateway returned something other than a ModelResponse",
+                    code=ErrorCode.MODEL_OUTPUT_INVALID,
+                    context={"task": task},
+                )
+            call.answered(
+                provider=response.provider if isinstance(response.provider, str) else None,
+                model=response.model if isinstance(response.model, str) else None,
+                finish_reason=response.finish_reason
+                if isinstance(response.finish_reason, str)
+                else None,
+                input_tokens=_tokens(response.usage, "input_tokens"),
+                output_tokens=_tokens(response.usage, "output_tokens"),
+            )
     except KernelError:
         raise
     except Exception as exc:
         # A provider's own exception type must not leak out of the kernel untyped.
         raise ModelGatewayError(context={"task": task, "cause": type(exc).__name__}) from exc
-    if not isinstance(response, ModelResponse):
-        raise ModelGatewayError(
-            "the model gateway returned something other than a ModelResponse",
-            code=ErrorCode.MODEL_OUTPUT_INVALID,
-            context={"task": task},
-        )
     elapsed = runtime.clock() - started
     refusal = _refusal(response)
     spent_in = _tokens(response.usage, "input_tokens")
@@ -134,3 +159,30 @@ async def ask(
         cause=invoked,
     )
     return Reply(None if refusal is not None else response.output, refusal)
+
+
+async def _answer(
+    gateway: ModelGateway,
+    request: ModelRequest,
+    on_delta: Callable[[ModelOutputDelta], None] | None,
+) -> object:
+    """The gateway's answer: streamed when someone listens and the gateway can stream.
+
+    A streamed answer is the first item that is not a delta (``ask`` checks it like
+    ``complete``'s); the deltas only feed ``on_delta``, so what is stored never depends on them.
+    """
+    if on_delta is None or not isinstance(gateway, StreamingModelGateway):
+        return await gateway.complete(request)
+    items = gateway.stream(request)
+    final: object = None
+    try:
+        async for item in items:
+            if not isinstance(item, ModelOutputDelta):
+                final = item
+                break
+            on_delta(item)
+    finally:
+        close = getattr(items, "aclose", None)
+        if close is not None:
+            await close()
+    return final

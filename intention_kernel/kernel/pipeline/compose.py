@@ -10,6 +10,10 @@ whose write went through although its step did not finish (``applied``: a model 
 word it as failed) or that only resolved pending work (cancelled, asked again). Updates about
 earlier work (a write reconciled since the last turn) come first, in the kernel's words,
 whatever the answer's kind.
+
+A ``stream`` consumer is shown the question the answer asks (``ConfirmationHeld``) and the
+answer's text while the model writes it (``TextDelta``, from a gateway that streams); once the
+answer is settled, what it was shown is corrected to exactly the final text.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from ...contracts.errors import SerializationError
 from ...contracts.events import EventCategory
 from ..response import Response, StepSummary
 from ..states import StepStatus
+from ..streaming import ConfirmationHeld
 from ._model import ask
 from .state import Composition, StepOutcome, TurnState
 
@@ -137,6 +142,13 @@ async def compose(state: TurnState) -> None:
     evidence = list(reduction.evidence)
     interaction = _shown_interaction(state)
     steps = _summaries(state)
+    progress = state.progress
+    if progress is not None and interaction is not None:
+        progress.emit(
+            ConfirmationHeld(
+                interaction.id, interaction.kind, interaction.prompt, tuple(interaction.options)
+            )
+        )
     if not state.outcomes and plan.clarifications and interaction is None and not plan.notes:
         state.response = Response(
             text="\n".join(plan.clarifications), kind="clarification", steps=steps
@@ -170,7 +182,15 @@ async def compose(state: TurnState) -> None:
         }
         composition: Composition | None = None
         for _attempt in range(2):
-            reply = await ask(state, "compose", payload, state.runtime.composition_schema)
+            if progress is not None:
+                progress.compose_started()  # a recomposition replaces what was shown
+            reply = await ask(
+                state,
+                "compose",
+                payload,
+                state.runtime.composition_schema,
+                on_delta=None if progress is None else progress.model_delta,
+            )
             if reply.refusal is not None:
                 break  # declined: asking again gets the same answer; the kernel words it
             composition, problems = _check(reply.output, known)
@@ -204,6 +224,8 @@ async def compose(state: TurnState) -> None:
         news = [u for u in state.updates if u not in state.response.text]
         text = "\n".join([*news, state.response.text])
         state.response = state.response.model_copy(update={"text": text})
+    if progress is not None:
+        progress.settle(state.response.text)
     state.recorder.emit(
         "response.composed",
         {

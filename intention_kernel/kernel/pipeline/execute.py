@@ -32,6 +32,7 @@ from ...contracts.errors import (
 )
 from ...contracts.events import EventCategory
 from ...contracts.receipts import EffectReceipt, ReceiptStatus
+from ...telemetry import step_span
 from ..context import CapabilityContext, StepEvents, uncertain_copy
 from ..facts import FactRef, apply_fact, parse_fact_ref
 from ..limits import stored_within
@@ -290,23 +291,26 @@ async def _call(state: TurnState, step: PlannedStep, done: dict[str, StepOutcome
         request=step.input_json,
     )
     timed_out = False
-    try:
-        async with asyncio.timeout_at(deadline):
-            result = await cap.execute(context, step.input)
-    except TimeoutError:
-        timed_out = True
-        outcome = _failed(step, TOO_LONG, receipts=context.receipts)
-    except EffectUncertainError as exc:
-        # The receipt is durable in the ledger: the turn commits an honest "being verified".
-        outcome = _uncertain(step, _with_receipt(context.receipts, exc))
-    except EffectNotAppliedError:
-        outcome = _failed(step, NOT_APPLIED, receipts=context.receipts)
-    else:
-        outcome = _storable(_outcome(state, step, result, context))
-        if any(r.status is ReceiptStatus.UNCERTAIN for r in context.receipts):
-            # The capability caught the uncertainty itself: its answer cannot be trusted.
-            outcome = _uncertain(step, context.receipts)
-    outcome = await _as_the_ledger_knows(state, context, outcome, timed_out)
+    # The ik.step span is current while the capability runs: its effects nest in it.
+    with step_span(cap.id, cap.version, step.step_id, str(cap.effect)) as traced:
+        try:
+            async with asyncio.timeout_at(deadline):
+                result = await cap.execute(context, step.input)
+        except TimeoutError:
+            timed_out = True
+            outcome = _failed(step, TOO_LONG, receipts=context.receipts)
+        except EffectUncertainError as exc:
+            # The receipt is durable in the ledger: the turn commits an honest "being verified".
+            outcome = _uncertain(step, _with_receipt(context.receipts, exc))
+        except EffectNotAppliedError:
+            outcome = _failed(step, NOT_APPLIED, receipts=context.receipts)
+        else:
+            outcome = _storable(_outcome(state, step, result, context))
+            if any(r.status is ReceiptStatus.UNCERTAIN for r in context.receipts):
+                # The capability caught the uncertainty itself: its answer cannot be trusted.
+                outcome = _uncertain(step, context.receipts)
+        outcome = await _as_the_ledger_knows(state, context, outcome, timed_out)
+        traced.ended(str(outcome.status))
     outcome.derived_from = used
     data: dict[str, JsonValue] = {"capability_id": cap.id, "status": str(outcome.status)}
     if outcome.evidence is not None:

@@ -30,6 +30,7 @@ from ..prompts import Catalog
 from ..response import Response, TurnUsage
 from ..routing import ModelRoute
 from ..states import HoldReason, StepStatus
+from ..streaming import Progress
 from ..visibility import FactView
 
 __all__ = [
@@ -223,3 +224,5 @@ class TurnState:
     """The capabilities shown to ``interpret`` (``None``: the whole catalog)."""
     refusal: ModelRefusal | None = None
     """The provider declined to interpret or select: the turn answers safely, runs nothing."""
+    progress: Progress | None = None
+    """A ``stream`` consumer's listener (``None`` for ``run``): what it is shown is provisional."""

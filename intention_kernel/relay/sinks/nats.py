@@ -36,6 +36,14 @@ _STREAM = re.compile(r"^[A-Za-z0-9_\-]{1,200}$")
 _CONNECT_TIMEOUT = 2
 
 
+def _headers(event: KernelEvent) -> dict[str, str]:
+    """``Nats-Msg-Id`` for deduplication, and the turn's ``traceparent`` when it was traced
+    (a consumer's span then joins the turn's trace)."""
+    if event.traceparent is None:
+        return {"Nats-Msg-Id": event.id}
+    return {"Nats-Msg-Id": event.id, "traceparent": event.traceparent}
+
+
 async def _quiet(*_: Any) -> None:
     """Connection callbacks: the relay reports outages through outcomes, not driver logs."""
 
@@ -91,7 +99,7 @@ class NatsSink:
                 encode_event(event),
                 timeout=self.timeout,
                 stream=self.stream,
-                headers={"Nats-Msg-Id": event.id},
+                headers=_headers(event),
             )
         except nats.errors.MaxPayloadError:
             return PublishOutcome.reject("event larger than the NATS max payload")

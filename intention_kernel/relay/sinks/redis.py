@@ -1,9 +1,10 @@
 """``redis://host:port/0?stream=NAME``: ``XADD`` one stream entry per event (redis-py asyncio).
 
 Each entry has the fields ``id`` (the event id), ``thread_id``, ``turn_id``, ``sequence``,
-``type`` and ``event`` (the JSON envelope). **Redis Streams do not deduplicate**: a re-delivery
-after a relay crash adds a second entry with the same ``id`` field, so consumers must
-deduplicate by it. A batch is sent as one pipeline (one round trip).
+``type``, ``event`` (the JSON envelope) and, when the turn was traced, ``traceparent`` (W3C
+Trace Context, so a consumer's span joins the turn's trace). **Redis Streams do not
+deduplicate**: a re-delivery after a relay crash adds a second entry with the same ``id``
+field, so consumers must deduplicate by it. A batch is sent as one pipeline (one round trip).
 
 Optional parameters: ``maxlen`` (approximate stream cap, ``XADD MAXLEN ~``), ``timeout``
 (seconds per command, default 5). ``rediss://`` uses TLS; credentials go in the URL.
@@ -57,6 +58,8 @@ class RedisSink:
                 "type": event.type,
                 "event": encode_event(event),
             }
+            if event.traceparent is not None:
+                fields["traceparent"] = event.traceparent  # the turn's trace, for consumers
             pipe.xadd(self.stream, fields, maxlen=self.maxlen, approximate=True)
         try:
             results = await pipe.execute(raise_on_error=False)

@@ -2,7 +2,8 @@
 
 The body is the event's JSON envelope, signed the Standard Webhooks way (``webhook-id`` = the
 event id, ``webhook-timestamp``, ``webhook-signature``; see ``intention_kernel.relay.signing``)
-with the ``whsec_...`` secret in environment variable ``secret_env``. While a secret is rotated
+with the ``whsec_...`` secret in environment variable ``secret_env``. An event of a traced turn
+also carries the W3C ``traceparent`` header. While a secret is rotated
 the variable holds both, space-separated, and every request carries both signatures. Answers
 map to outcomes: 2xx ok; 408, 429 and 5xx retry; any other status reject (dead-letter with the
 status); no connection unavailable.
@@ -66,6 +67,8 @@ class WebhookSink:
             "Content-Type": "application/json",
             **signature_headers(self._secrets, event.id, body),
         }
+        if event.traceparent is not None:
+            headers["traceparent"] = event.traceparent  # a consumer's span joins the turn's trace
         try:
             async with self._limit:
                 response = await client.post(self.target, content=body, headers=headers)

@@ -1,0 +1,758 @@
+"""OpenTelemetry spans and metrics for turns, model calls, steps, effects and the relay.
+
+Why one module: it is the only place that imports ``opentelemetry`` (the ``otel`` extra, the
+API only; the host brings the SDK and its exporter). Without the package every helper is a
+shared no-op; with the API but no SDK configured, a turn starts one non-recording span and
+skips everything else (no attributes are built, no child spans are started). Metrics go to
+the no-op meter then.
+
+What is emitted (see ``docs/observability.md``):
+
+* spans ``ik.turn``, ``ik.plan``, ``chat {model}`` (the OpenTelemetry
+  GenAI conventions, ``gen_ai.*``), ``ik.step {capability}`` and ``ik.effect {capability}``;
+* metrics ``ik.turn.duration``, ``ik.turn.replays``, ``ik.lease.wait``, ``ik.effects``,
+  ``gen_ai.client.token.usage``, ``ik.receipts.uncertain`` (``UncertainReceipts``),
+  ``ik.relay.delivery.lag`` and ``ik.relay.dead_letters`` (``RelayTelemetry``).
+
+Span attributes never carry message text, provider payloads or raw idempotency keys (a key is
+a sha256 prefix); those that come from the host pass the host's redactor first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextvars import ContextVar
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any, Protocol
+
+from .__version__ import __version__
+from .contracts.events import KernelEvent
+from .contracts.receipts import EffectReceipt, ReceiptStatus
+
+try:
+    from opentelemetry import context as otel_context
+    from opentelemetry import metrics, trace
+    from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
+    from opentelemetry.trace import Span, SpanKind, StatusCode, TracerProvider
+
+    AVAILABLE = True
+except ImportError:  # pragma: no cover - the otel extra is not installed
+    AVAILABLE = False
+
+__all__ = [
+    "AVAILABLE",
+    "RelayTelemetry",
+    "Telemetry",
+    "UncertainReceipts",
+    "db_system",
+    "effect_span",
+    "key_hash",
+    "model_span",
+    "plan_span",
+    "step_span",
+]
+
+SCOPE = "intention_kernel"
+"""The instrumentation scope name of every tracer and meter here."""
+
+Attributes = dict[str, Any]
+Redactor = Callable[[KernelEvent], KernelEvent]
+
+
+def key_hash(key: str) -> str:
+    """What a span shows of an idempotency key: enough to match two spans, never the key."""
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def db_system(store: object) -> str | None:
+    """The ``db.system`` of a store, from its class (the kernel sees only the protocol)."""
+    name = type(store).__name__.lower()
+    if "sqlite" in name:
+        return "sqlite"
+    if "postgres" in name:
+        return "postgresql"
+    return None
+
+
+def _error_type(exc: BaseException) -> str:
+    if isinstance(exc, asyncio.CancelledError):
+        return "cancelled"
+    code = getattr(exc, "code", None)
+    return f"{type(exc).__name__}:{code}" if isinstance(code, str) else type(exc).__name__
+
+
+def _clean(value: object) -> Any:
+    """An attribute value OpenTelemetry accepts, or ``None`` (dropped)."""
+    if isinstance(value, str | bool | int | float):
+        return value
+    if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+        return list(value)
+    return None
+
+
+class _Null:
+    """Every handle when nothing is recorded: each method does nothing."""
+
+    __slots__ = ()
+    traceparent: str | None = None
+
+    def __enter__(self) -> _Null:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def acquired(self, since: float) -> None:
+        return None
+
+    def outcome(self, replayed: bool) -> None:
+        return None
+
+    def planned(self, steps: int, held: Iterable[tuple[str, str]], clarifications: int) -> None:
+        return None
+
+    def answered(
+        self,
+        *,
+        provider: str | None,
+        model: str | None,
+        finish_reason: str | None,
+        input_tokens: int,
+        output_tokens: int,
+    ) -> None:
+        return None
+
+    def ended(self, status: str) -> None:
+        return None
+
+    def settled(self, status: str, receipt: EffectReceipt | None, replayed: bool | None) -> None:
+        return None
+
+
+NULL = _Null()
+
+
+class Telemetry:
+    """The tracer and instruments of one kernel; ``Kernel(tracer_provider=, meter_provider=)``
+    choose the providers (default: the global ones, so a host that configures the SDK once
+    gets everything). ``redact`` is the kernel's event redactor, applied to span attributes.
+    """
+
+    __slots__ = (
+        "_durations",
+        "_effects",
+        "_lease",
+        "_own_meter",
+        "_own_tracer",
+        "_redact",
+        "_replays",
+        "_tokens",
+        "enabled",
+        "tracer",
+    )
+
+    def __init__(
+        self,
+        *,
+        tracer_provider: object | None = None,
+        meter_provider: object | None = None,
+        redact: Redactor | None = None,
+        enabled: bool = True,
+    ) -> None:
+        self.enabled = enabled and AVAILABLE
+        self._redact = redact
+        if not self.enabled:
+            return
+        self._own_tracer = isinstance(tracer_provider, TracerProvider)
+        self._own_meter = isinstance(meter_provider, MeterProvider)
+        self.tracer = trace.get_tracer(
+            SCOPE,
+            __version__,
+            tracer_provider=tracer_provider
+            if isinstance(tracer_provider, TracerProvider)
+            else None,
+        )
+        meter = metrics.get_meter(
+            SCOPE,
+            __version__,
+            meter_provider=meter_provider if isinstance(meter_provider, MeterProvider) else None,
+        )
+        self._durations = meter.create_histogram(
+            "ik.turn.duration", unit="s", description="Duration of CompiledAgent.run by outcome."
+        )
+        self._replays = meter.create_counter(
+            "ik.turn.replays", unit="{turn}", description="Turns answered from the stored result."
+        )
+        self._lease = meter.create_histogram(
+            "ik.lease.wait",
+            unit="s",
+            description="From calling with_turn until the turn runs: lease wait plus load.",
+        )
+        self._effects = meter.create_counter(
+            "ik.effects", unit="{effect}", description="run_effect calls by final receipt status."
+        )
+        self._tokens = meter.create_histogram(
+            "gen_ai.client.token.usage", unit="{token}", description="Tokens per model call."
+        )
+
+    def turn(
+        self,
+        *,
+        agent_id: str,
+        agent_version: str,
+        fingerprint: str,
+        thread_id: str,
+        turn_id: str,
+        store: str | None,
+    ) -> _Turn | _Null:
+        """The ``ik.turn`` span (current while the turn runs) and the turn's metrics."""
+        if not self.enabled:
+            return NULL
+        traced, metered = self.traced(), self.metered()
+        if not traced and not metered:
+            return NULL  # no SDK configured: nothing would record anything
+        turn = _Turn(self, agent_id, agent_version, fingerprint, thread_id, turn_id, store)
+        turn.traced, turn.metered = traced, metered
+        return turn
+
+    def traced(self) -> bool:
+        """Spans go somewhere: a provider was given, or the host configured a global SDK one
+        (until then the global provider is a proxy that records nothing)."""
+        if self._own_tracer:
+            return True
+        found = trace.get_tracer_provider()
+        return not isinstance(found, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
+
+    def metered(self) -> bool:
+        """Metrics go somewhere (as ``traced``, for the meter provider)."""
+        if self._own_meter:
+            return True
+        name = type(metrics.get_meter_provider()).__name__
+        return name not in ("_ProxyMeterProvider", "NoOpMeterProvider")
+
+    def attributes(self, kind: str, attributes: Attributes, ids: tuple[str, str]) -> Attributes:
+        """``attributes`` after the host's redactor (as the data of a ``telemetry.<kind>``
+        event of the turn); values it turns into something that is not an attribute value
+        are dropped."""
+        if self._redact is None:
+            return attributes
+        event = KernelEvent(
+            id="evt_telemetry.0",
+            type=f"telemetry.{kind}",
+            occurred_at=datetime.now(UTC),
+            thread_id=ids[0],
+            turn_id=ids[1],
+            sequence=0,
+            correlation_id="telemetry",
+            data=attributes,
+        )
+        data = self._redact(event).data
+        return {k: v for k, v in ((k, _clean(v)) for k, v in data.items()) if v is not None}
+
+
+_CURRENT: ContextVar[_Turn | None] = ContextVar("intention_kernel_turn", default=None)
+"""The turn this code runs in: where model, step and effect spans and metrics go."""
+
+
+class _Span:
+    """A child span of the current turn, current itself while its block runs."""
+
+    __slots__ = ("_token", "span", "turn")
+
+    def __init__(self, turn: _Turn, span: Span) -> None:
+        self.turn = turn
+        self.span = span
+        self._token: object = None
+
+    def __enter__(self) -> _Span:
+        self._token = otel_context.attach(trace.set_span_in_context(self.span))
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc is not None:
+            self.span.set_attribute("error.type", _error_type(exc))
+            self.span.set_status(StatusCode.ERROR, _error_type(exc))
+        otel_context.detach(self._token)  # type: ignore[arg-type]
+        self.span.end()
+
+    def set(self, kind: str, attributes: Attributes) -> None:
+        self.span.set_attributes(self.turn.telemetry.attributes(kind, attributes, self.turn.ids))
+
+
+class _Turn:
+    """One ``CompiledAgent.run``: its span, its outcome and its duration."""
+
+    __slots__ = (
+        "_started",
+        "_token",
+        "_turn_token",
+        "agent_id",
+        "attributes",
+        "ids",
+        "metered",
+        "replayed",
+        "span",
+        "store",
+        "telemetry",
+        "traced",
+        "traceparent",
+    )
+
+    def __init__(
+        self,
+        telemetry: Telemetry,
+        agent_id: str,
+        agent_version: str,
+        fingerprint: str,
+        thread_id: str,
+        turn_id: str,
+        store: str | None,
+    ) -> None:
+        self.telemetry = telemetry
+        self.agent_id = agent_id
+        self.ids = (thread_id, turn_id)
+        self.store = store
+        self.attributes: Attributes = {
+            "ik.agent.id": agent_id,
+            "ik.agent.version": agent_version,
+            "ik.agent.fingerprint": fingerprint,
+            "ik.thread.id": thread_id,
+            "ik.turn.id": turn_id,
+        }
+        if store is not None:
+            self.attributes["db.system"] = store
+        self.replayed = False
+        self.traceparent: str | None = None
+        self._token: object = None
+        self.traced = True
+        self.metered = True
+
+    @property
+    def recording(self) -> bool:
+        return self.span.is_recording()
+
+    def __enter__(self) -> _Turn:
+        self._started = time.perf_counter()
+        self.span = (
+            self.telemetry.tracer.start_span("ik.turn") if self.traced else trace.INVALID_SPAN
+        )
+        if self.span.is_recording():
+            self.span.set_attributes(self.telemetry.attributes("turn", self.attributes, self.ids))
+            context = self.span.get_span_context()
+            self.traceparent = (
+                f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
+            )
+            self._token = otel_context.attach(trace.set_span_in_context(self.span))
+        self._turn_token = _CURRENT.set(self)
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        _CURRENT.reset(self._turn_token)
+        if exc is None:
+            outcome = "replayed" if self.replayed else "committed"
+        elif isinstance(exc, asyncio.CancelledError):
+            outcome = "cancelled"
+        elif getattr(exc, "code", None) == "TURN_TIMEOUT":
+            outcome = "timeout"
+        else:
+            outcome = "error"
+        if self.metered:
+            measured = {"ik.agent.id": self.agent_id, "ik.turn.outcome": outcome}
+            self.telemetry._durations.record(time.perf_counter() - self._started, measured)
+            if self.replayed:
+                self.telemetry._replays.add(1, {"ik.agent.id": self.agent_id})
+        if self._token is not None:
+            otel_context.detach(self._token)  # type: ignore[arg-type]
+        span = self.span
+        if span.is_recording():
+            span.set_attribute("ik.turn.outcome", outcome)
+            span.set_attribute("ik.turn.replayed", self.replayed)
+            if exc is not None:
+                span.set_attribute("error.type", _error_type(exc))
+                span.set_status(StatusCode.ERROR, _error_type(exc))
+        span.end()
+
+    def acquired(self, since: float) -> None:
+        """The turn got its lease and loaded its checkpoint: ``since`` is the
+        ``time.perf_counter()`` at which ``with_turn`` was called."""
+        waited = time.perf_counter() - since
+        if self.metered:
+            measured: Attributes = {"ik.agent.id": self.agent_id}
+            if self.store is not None:
+                measured["db.system"] = self.store
+            self.telemetry._lease.record(waited, measured)
+        if self.span.is_recording():
+            # An attribute and not a span of its own: a span per turn costs more than it shows.
+            self.span.set_attribute("ik.lease.wait_ms", round(waited * 1000, 3))
+
+    def outcome(self, replayed: bool) -> None:
+        self.replayed = replayed
+
+    def child(self, name: str, kind: SpanKind | None = None) -> _Span:
+        started = self.telemetry.tracer.start_span(name, kind=kind or SpanKind.INTERNAL)
+        return _Span(self, started)
+
+
+def _turn() -> _Turn | None:
+    """The current turn when OpenTelemetry is in use (``None`` without the package)."""
+    return _CURRENT.get() if AVAILABLE else None
+
+
+# ------------------------------------------------------------------- plan
+
+
+class _Plan:
+    __slots__ = ("_span",)
+
+    def __init__(self, span: _Span) -> None:
+        self._span = span
+
+    def __enter__(self) -> _Plan:
+        self._span.__enter__()
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._span.__exit__(kind, exc, tb)
+
+    def planned(self, steps: int, held: Iterable[tuple[str, str]], clarifications: int) -> None:
+        """What the plan decided; each held step is a span event ``ik.step.held``."""
+        held = list(held)
+        self._span.set(
+            "plan",
+            {
+                "ik.plan.steps": steps,
+                "ik.plan.held": len(held),
+                "ik.plan.clarifications": clarifications,
+            },
+        )
+        for capability, reason in held:
+            self._span.span.add_event(
+                "ik.step.held", {"ik.capability.id": capability, "ik.hold.reason": reason}
+            )
+
+
+def plan_span() -> _Plan | _Null:
+    """The ``ik.plan`` span: planning and resumption, with a repair call nested in it."""
+    turn = _turn()
+    if turn is None or not turn.recording:
+        return NULL
+    return _Plan(turn.child("ik.plan"))
+
+
+# ------------------------------------------------------------------- model calls
+
+
+class _Chat:
+    """A model call after the OpenTelemetry GenAI conventions, current while the gateway runs
+    (an instrumented HTTP client's span nests under it)."""
+
+    __slots__ = ("_span", "attributes", "task", "turn")
+
+    def __init__(self, turn: _Turn, task: str, provider: str | None, model: str) -> None:
+        self.turn = turn
+        self.task = task
+        self.attributes: Attributes = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.request.model": model,
+            "ik.model.task": task,
+        }
+        if provider is not None:
+            self.attributes["gen_ai.provider.name"] = provider
+            self.attributes["gen_ai.system"] = provider
+        self._span: _Span | None = None
+        if turn.recording:
+            self._span = turn.child(f"chat {model}", SpanKind.CLIENT)
+            self._span.set("chat", self.attributes)
+
+    def __enter__(self) -> _Chat:
+        if self._span is not None:
+            self._span.__enter__()
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._span is not None:
+            self._span.__exit__(kind, exc, tb)
+
+    def _measured(self) -> Attributes:
+        measured: Attributes = {
+            k: self.attributes[k]
+            for k in ("gen_ai.operation.name", "gen_ai.provider.name", "gen_ai.request.model")
+            if k in self.attributes
+        }
+        measured["ik.model.task"] = self.task
+        return measured
+
+    def answered(
+        self,
+        *,
+        provider: str | None,
+        model: str | None,
+        finish_reason: str | None,
+        input_tokens: int,
+        output_tokens: int,
+    ) -> None:
+        """The provider's answer: who answered, why it stopped, what it cost."""
+        if provider is not None and "gen_ai.provider.name" not in self.attributes:
+            self.attributes["gen_ai.provider.name"] = provider
+            self.attributes["gen_ai.system"] = provider
+        if self.turn.metered:
+            measured = self._measured()
+            tokens = self.turn.telemetry._tokens
+            tokens.record(input_tokens, {**measured, "gen_ai.token.type": "input"})
+            tokens.record(output_tokens, {**measured, "gen_ai.token.type": "output"})
+        if self._span is None:
+            return
+        answered: Attributes = {
+            "gen_ai.usage.input_tokens": input_tokens,
+            "gen_ai.usage.output_tokens": output_tokens,
+        }
+        if provider is not None:
+            answered["gen_ai.provider.name"] = provider
+            answered["gen_ai.system"] = provider
+        if model is not None:
+            answered["gen_ai.response.model"] = model
+        if finish_reason is not None:
+            answered["gen_ai.response.finish_reasons"] = [finish_reason]
+        self._span.set("chat", answered)
+
+
+def model_span(task: str, provider: str | None, model: str) -> _Chat | _Null:
+    """The ``chat {model}`` span and the model metrics of one model call."""
+    turn = _turn()
+    if turn is None:
+        return NULL
+    if provider is not None and model.startswith(f"{provider}:"):
+        model = model[len(provider) + 1 :]  # a model label "provider:model" names the model
+    return _Chat(turn, task, provider, model)
+
+
+# ------------------------------------------------------------------- steps and effects
+
+
+class _Step:
+    __slots__ = ("_span",)
+
+    def __init__(self, span: _Span) -> None:
+        self._span = span
+
+    def __enter__(self) -> _Step:
+        self._span.__enter__()
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._span.__exit__(kind, exc, tb)
+
+    def ended(self, status: str) -> None:
+        """How the step ended (``StepStatus``)."""
+        self._span.set("step", {"ik.step.status": status})
+
+
+def step_span(capability: str, version: str, step_id: str, effect: str) -> _Step | _Null:
+    """The ``ik.step {capability}`` span, current while the capability runs."""
+    turn = _turn()
+    if turn is None or not turn.recording:
+        return NULL
+    span = turn.child(f"ik.step {capability}")
+    span.set(
+        "step",
+        {
+            "ik.capability.id": capability,
+            "ik.capability.version": version,
+            "ik.capability.effect": effect,
+            "ik.step.id": step_id,
+        },
+    )
+    return _Step(span)
+
+
+class _Effect:
+    __slots__ = ("_span", "capability", "status", "turn")
+
+    def __init__(self, turn: _Turn, capability: str, span: _Span | None) -> None:
+        self.turn = turn
+        self.capability = capability
+        self._span = span
+        self.status = "error"
+
+    def __enter__(self) -> _Effect:
+        if self._span is not None:
+            self._span.__enter__()
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc is not None and self.status == "error":
+            self.status = "interrupted" if isinstance(exc, asyncio.CancelledError) else "error"
+        if self.turn.metered:
+            self.turn.telemetry._effects.add(
+                1, {"ik.capability.id": self.capability, "ik.receipt.status": self.status}
+            )
+        if self._span is not None:
+            self._span.set("effect", {"ik.receipt.status": self.status})
+            self._span.__exit__(kind, exc, tb)
+
+    def settled(self, status: str, receipt: EffectReceipt | None, replayed: bool | None) -> None:
+        """The call's final status (a ``ReceiptStatus``, or ``refused`` when the ledger turned
+        it away before anything started) and, when known, its receipt."""
+        self.status = str(status)
+        if self._span is None:
+            return
+        found: Attributes = {}
+        if receipt is not None:
+            found["ik.receipt.id"] = receipt.id
+            found["ik.receipt.attempts"] = receipt.attempts
+        if replayed is not None:
+            found["ik.effect.replayed"] = replayed
+        if found:
+            self._span.set("effect", found)
+
+
+def effect_span(capability: str, ledger_key: str) -> _Effect | _Null:
+    """The ``ik.effect {capability}`` span (current while the provider is called) and the
+    ``ik.effects`` count. The key is shown only as ``key_hash``."""
+    turn = _turn()
+    if turn is None:
+        return NULL
+    span: _Span | None = None
+    if turn.recording:
+        span = turn.child(f"ik.effect {capability}")
+        span.set(
+            "effect",
+            {"ik.capability.id": capability, "ik.effect.key_sha256": key_hash(ledger_key)},
+        )
+    return _Effect(turn, capability, span)
+
+
+# ------------------------------------------------------------------- operators and the relay
+
+
+class ReceiptLister(Protocol):
+    """The store's operator query this needs (every ``DurabilityStore`` has it)."""
+
+    async def list_receipts(
+        self, *, status: ReceiptStatus | None = None, thread_id: str | None = None, limit: int = 100
+    ) -> list[EffectReceipt]: ...
+
+
+class UncertainReceipts:
+    """The ``ik.receipts.uncertain`` gauge: receipts waiting for an operator, as the store
+    says (``list_receipts(status=UNCERTAIN)``: uncertain ones and interrupted ``prepared``
+    ones), so every process that runs it reports the same number.
+
+    The gauge reports what the last ``refresh()`` read (nothing before the first one): call it
+    on a schedule, or run ``watch(interval)`` as a task. A count at ``limit`` means "at least".
+    Why not count in the turns: a receipt becomes uncertain in one process and is reconciled
+    in another (an operator's command line), so only the store knows how many are left.
+    """
+
+    def __init__(
+        self, store: ReceiptLister, *, meter_provider: object | None = None, limit: int = 1000
+    ) -> None:
+        self.store = store
+        self.limit = limit
+        self.count: int | None = None
+        if AVAILABLE:
+            meter = metrics.get_meter(
+                SCOPE,
+                __version__,
+                meter_provider=meter_provider
+                if isinstance(meter_provider, MeterProvider)
+                else None,
+            )
+            meter.create_observable_gauge(
+                "ik.receipts.uncertain",
+                callbacks=[self._observe],
+                unit="{receipt}",
+                description="Receipts waiting for an operator (capped at the query limit).",
+            )
+
+    async def refresh(self) -> int:
+        """Read the store now; returns the count the gauge reports from now on."""
+        found = await self.store.list_receipts(status=ReceiptStatus.UNCERTAIN, limit=self.limit)
+        self.count = len(found)
+        return self.count
+
+    async def watch(self, interval: float = 30.0) -> None:
+        """Refresh every ``interval`` seconds until cancelled; a failed read keeps the last
+        count (a store outage must not stop the gauge)."""
+        while True:
+            with contextlib.suppress(Exception):
+                await self.refresh()
+            await asyncio.sleep(interval)
+
+    def _observe(self, options: CallbackOptions) -> Iterable[Observation]:
+        return [] if self.count is None else [Observation(self.count)]
+
+
+class RelayTelemetry:
+    """The relay's metrics: ``ik.relay.delivery.lag`` (from the event's ``occurred_at`` to
+    the sink's acknowledgement) and ``ik.relay.dead_letters``."""
+
+    __slots__ = ("_dead", "_lag", "enabled", "relay_id")
+
+    def __init__(self, relay_id: str, *, meter_provider: object | None = None) -> None:
+        self.relay_id = relay_id
+        self.enabled = AVAILABLE
+        if not AVAILABLE:
+            return
+        meter = metrics.get_meter(
+            SCOPE,
+            __version__,
+            meter_provider=meter_provider if isinstance(meter_provider, MeterProvider) else None,
+        )
+        self._lag = meter.create_histogram(
+            "ik.relay.delivery.lag",
+            unit="s",
+            description="From an event's occurred_at to the sink's acknowledgement.",
+        )
+        self._dead = meter.create_counter(
+            "ik.relay.dead_letters", unit="{event}", description="Events dead-lettered."
+        )
+
+    def delivered(self, events: Sequence[KernelEvent]) -> None:
+        if not self.enabled or not events:
+            return
+        now = datetime.now(UTC)
+        measured: Mapping[str, str] = {"ik.relay.id": self.relay_id}
+        for event in events:
+            self._lag.record(max(0.0, (now - event.occurred_at).total_seconds()), measured)
+
+    def dead_lettered(self, outcome: str) -> None:
+        """One event dead-lettered after a sink outcome (``retry`` past the last attempt, or
+        ``reject``)."""
+        if self.enabled:
+            self._dead.add(1, {"ik.relay.id": self.relay_id, "ik.relay.outcome": outcome})
