@@ -35,6 +35,7 @@ __all__ = [
     "MAX_DOCUMENT_DEPTH",
     "PRUNED_TURN",
     "UNREADABLE_EVENT_TYPE",
+    "OwnTexts",
     "decode_model",
     "decode_own_model",
     "decode_turn",
@@ -80,6 +81,24 @@ def _serializer(cls: type[BaseModel]) -> SchemaSerializer:
     return serializer
 
 
+_ENVELOPES: dict[JsonLimits, JsonLimits] = {}
+
+
+def _envelope(limits: JsonLimits) -> JsonLimits:
+    """The limits of a document wrapping values under ``limits`` (cached: a store has one or
+    two, and ``dataclasses.replace`` is slow enough to show in every commit)."""
+    found = _ENVELOPES.get(limits)
+    if found is None:
+        found = replace(
+            limits,
+            max_bytes=limits.max_bytes + ENVELOPE_BYTES,
+            max_depth=min(limits.max_depth + ENVELOPE_DEPTH, MAX_DOCUMENT_DEPTH),
+        )
+        if len(_ENVELOPES) < 64:
+            _ENVELOPES[limits] = found
+    return found
+
+
 def encode_model(model: BaseModel, *, limits: JsonLimits = DEFAULT_LIMITS, what: str) -> str:
     """The model's JSON text, serialized in one pass by pydantic-core when the codec can verify
     the bytes, otherwise by ``model_dump(mode="json")`` and the codec's precise path.
@@ -88,14 +107,7 @@ def encode_model(model: BaseModel, *, limits: JsonLimits = DEFAULT_LIMITS, what:
     ``model_construct``) is refused, never converted; so is anything pydantic cannot serialize
     (``SerializationError``, never a pydantic or Unicode error).
     """
-    value_limits, limits = (
-        limits,
-        replace(
-            limits,
-            max_bytes=limits.max_bytes + ENVELOPE_BYTES,
-            max_depth=min(limits.max_depth + ENVELOPE_DEPTH, MAX_DOCUMENT_DEPTH),
-        ),
-    )
+    value_limits, limits = limits, _envelope(limits)
     try:
         raw = _serializer(type(model)).to_json(model, warnings="error")
     except Exception:  # anything unusual takes the precise path, which reports it
@@ -155,7 +167,7 @@ def decode_model(cls: type[M], text: str | bytes, *, what: str, **context: Any) 
         ) from exc
 
 
-def decode_own_model(cls: type[M], text: str, *, what: str, **context: Any) -> M:
+def decode_own_model(cls: type[M], text: str | bytes, *, what: str, **context: Any) -> M:
     """``decode_model`` for text the caller has proven, by comparing it in full with the
     stored bytes, to be this process's own ``encode_model`` output.
 
@@ -171,6 +183,38 @@ def decode_own_model(cls: type[M], text: str, *, what: str, **context: Any) -> M
             f"stored {what} cannot be read back",
             context={"what": what, **context},
         ) from exc
+
+
+class OwnTexts:
+    """Per thread, the turn result text this process last committed (as UTF-8), within a bound
+    of ``max_bytes`` (the least recently committed threads go first; a larger text is not kept).
+
+    A stored head equal to it was written by this process's own ``encode_model``, so it may be
+    read with ``decode_own_model``: the same model, several times cheaper than ``decode_model``.
+    Any other text (another process's commit, a corrupt row) takes the checked path.
+    """
+
+    __slots__ = ("_size", "_texts", "max_bytes")
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._texts: dict[str, bytes] = {}
+        self._size = 0
+
+    def remember(self, thread_id: str, text: bytes) -> None:
+        texts = self._texts
+        old = texts.pop(thread_id, None)
+        if old is not None:
+            self._size -= len(old)
+        if len(text) > self.max_bytes:
+            return
+        self._size += len(text)
+        while self._size > self.max_bytes:
+            self._size -= len(texts.pop(next(iter(texts))))
+        texts[thread_id] = text
+
+    def is_own(self, thread_id: str, text: bytes) -> bool:
+        return self._texts.get(thread_id) == text
 
 
 def decode_value(text: str | bytes | None, *, what: str, **context: Any) -> Any:

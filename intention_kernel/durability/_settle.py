@@ -13,11 +13,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable
-from typing import TypeVar
+from functools import partial
+from typing import Any, TypeVar
 
 __all__ = ["settle"]
 
 T = TypeVar("T")
+
+
+def _wake(waiter: asyncio.Future[None], _: Any) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 async def settle(work: Awaitable[T]) -> tuple[T, asyncio.CancelledError | None]:
@@ -28,8 +34,13 @@ async def settle(work: Awaitable[T]) -> tuple[T, asyncio.CancelledError | None]:
     cancellation once its bookkeeping is done.
     """
     task = asyncio.ensure_future(work)
+    # ``asyncio.shield`` without its bookkeeping: the caller waits on a future of its own,
+    # which a cancel of the caller cancels, never the task.
+    waiter = task.get_loop().create_future()
+    task.add_done_callback(partial(_wake, waiter))
     try:
-        return await asyncio.shield(task), None
+        await waiter
+        return task.result(), None
     except asyncio.CancelledError as exc:
         if task.cancelled():
             raise  # the work itself was cancelled (loop shutdown): nothing more to wait for

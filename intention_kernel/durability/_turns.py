@@ -148,9 +148,21 @@ def check_outbox(
     # One pass over every event's data (``$[n]`` is the n-th event): the kernel builds its
     # events without validation, so this is where a set or a date in event data is refused.
     # The list adds one level; sizes are checked per event when encoded, and per turn.
-    whole = replace(limits, max_depth=limits.max_depth + 1, max_bytes=2**62)
-    codec.check([e.data for e in checked], limits=whole, what="outbox event data")
+    codec.check([e.data for e in checked], limits=_whole(limits), what="outbox event data")
     return checked
+
+
+_WHOLE: dict[JsonLimits, JsonLimits] = {}
+
+
+def _whole(limits: JsonLimits) -> JsonLimits:
+    """The limits of the list of a turn's event data (cached: ``replace`` is slow)."""
+    found = _WHOLE.get(limits)
+    if found is None:
+        found = replace(limits, max_depth=limits.max_depth + 1, max_bytes=2**62)
+        if len(_WHOLE) < 64:
+            _WHOLE[limits] = found
+    return found
 
 
 def _duplicate(what: str, event_id: str, sequence: int, reason: str) -> InvalidInputError:
@@ -163,7 +175,7 @@ def _duplicate(what: str, event_id: str, sequence: int, reason: str) -> InvalidI
 
 def check_outbox_size(events_json: Sequence[str], *, limits: JsonLimits) -> None:
     """A turn's encoded events together stay within ``limits.max_outbox_bytes``."""
-    size = sum(len(text.encode("utf-8")) for text in events_json)
+    size = sum(len(text) if text.isascii() else len(text.encode("utf-8")) for text in events_json)
     if size > limits.max_outbox_bytes:
         raise SerializationError(
             f"the outbox events of one turn are {size} bytes, more than the limit of "

@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import os
 import socket
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from ...contracts.errors import ConfigurationError
@@ -37,16 +37,9 @@ class PgLease(Lease):
     """Fenced writes in flight: the release waits for them, so none arrives after it."""
     _idle: asyncio.Event | None = field(default=None, init=False, repr=False, compare=False)
 
-    @contextlib.contextmanager
-    def write(self) -> Iterator[None]:
-        """Count one fenced write while its statement runs."""
-        self.writing += 1
-        try:
-            yield
-        finally:
-            self.writing -= 1
-            if not self.writing and self._idle is not None:
-                self._idle.set()
+    def write(self) -> _Writing:
+        """Count one fenced write while its statement runs (``with lease.write(): ...``)."""
+        return _Writing(self)
 
     async def writes_done(self, seconds: float) -> None:
         """Wait (at most ``seconds``) until no write of this lease is in flight."""
@@ -55,6 +48,24 @@ class PgLease(Lease):
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(seconds):
                     await self._idle.wait()
+
+
+class _Writing:
+    """``PgLease.write``: a plain class, not a generator (it wraps every fenced statement)."""
+
+    __slots__ = ("_lease",)
+
+    def __init__(self, lease: PgLease) -> None:
+        self._lease = lease
+
+    def __enter__(self) -> None:
+        self._lease.writing += 1
+
+    def __exit__(self, *exc: object) -> None:
+        lease = self._lease
+        lease.writing -= 1
+        if not lease.writing and lease._idle is not None:
+            lease._idle.set()
 
 
 _prefix: tuple[int, str] = (0, "")

@@ -38,7 +38,9 @@ from ...crashpoints import CrashPoint, crash_point
 from .. import _turns
 from .._documents import (
     PRUNED_TURN,
+    OwnTexts,
     decode_model,
+    decode_own_model,
     decode_turn,
     encode_model,
     unreadable,
@@ -55,6 +57,8 @@ from ._outbox import EVENT_COLUMNS, SQLiteOutboxSource, stored_event
 __all__ = ["SQLiteDurability"]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+HEAD_CACHE_BYTES = 32 * 2**20
+"""Memory for the threads' last committed result texts (see ``OwnTexts``): 32 MiB."""
 
 
 def _micros(moment: datetime) -> int:
@@ -105,36 +109,59 @@ def _read_turn(conn: sqlite3.Connection, thread_id: str, turn_id: str) -> Stored
         " WHERE thread_id = ? AND turn_id = ?",
         (thread_id, turn_id),
     ).fetchone()
-    if row is None:
-        return None
-    result = decode_turn(row[0], thread_id=thread_id, turn_id=turn_id)
+    return None if row is None else _stored_turn(row[0], row[1], thread_id, turn_id)
+
+
+def _stored_turn(text: bytes, fingerprint: str | None, thread_id: str, turn_id: str) -> StoredTurn:
+    result = decode_turn(text, thread_id=thread_id, turn_id=turn_id)
     if result.thread_id != thread_id or result.turn_id != turn_id:
         raise CheckpointCorruptError(
             "stored turn result belongs to another turn",
             context={"what": "turn result", "thread_id": thread_id, "turn_id": turn_id},
         )
-    return StoredTurn(result, row[1])
+    return StoredTurn(result, fingerprint)
 
 
-def _read_head(conn: sqlite3.Connection, thread_id: str) -> KernelCheckpoint | None:
+def _read_head(
+    conn: sqlite3.Connection, thread_id: str, own: OwnTexts | None = None
+) -> KernelCheckpoint | None:
     row = conn.execute(
         "SELECT h.turn_id, h.revision, CAST(t.result AS BLOB) FROM ik_heads AS h"
         " LEFT JOIN ik_turns AS t ON t.thread_id = h.thread_id AND t.turn_id = h.turn_id"
         " WHERE h.thread_id = ?",
         (thread_id,),
     ).fetchone()
-    if row is None:
-        return None
-    turn_id, revision, text = row
+    return None if row is None else _head(thread_id, *row, own=own)
+
+
+def _head(
+    thread_id: str, turn_id: str, revision: int, text: bytes | None, *, own: OwnTexts | None
+) -> KernelCheckpoint:
+    """The checkpoint of a head row (its turn id and revision) and its turn's result text."""
     context = {"what": "checkpoint", "thread_id": thread_id, "turn_id": turn_id}
     if text is None:
         raise CheckpointCorruptError("the thread's head points at a missing turn", context=context)
-    result = decode_model(DurableTurnResult, text, **context)
+    if own is not None and own.is_own(thread_id, text):
+        result = decode_own_model(DurableTurnResult, text, **context)
+    else:
+        result = decode_model(DurableTurnResult, text, **context)
     if result.checkpoint.revision != revision:
         raise CheckpointCorruptError(
             "the stored checkpoint revision does not match the thread's head", context=context
         )
     return result.checkpoint
+
+
+_OPEN = (
+    # One statement (one snapshot) for what opening a turn needs: the committed turn (replay),
+    # the lease epoch, the head and its turn's result.
+    "SELECT CAST(p.result AS BLOB), p.fingerprint, l.epoch, h.turn_id, h.revision,"
+    " CAST(t.result AS BLOB) FROM (SELECT 1) AS one"
+    " LEFT JOIN ik_turns AS p ON p.thread_id = ?1 AND p.turn_id = ?2"
+    " LEFT JOIN ik_leases AS l ON l.thread_id = ?1"
+    " LEFT JOIN ik_heads AS h ON h.thread_id = ?1"
+    " LEFT JOIN ik_turns AS t ON t.thread_id = h.thread_id AND t.turn_id = h.turn_id"
+)
 
 
 def _read_receipt(
@@ -184,6 +211,8 @@ class SQLiteDurability(SQLiteOutboxSource, SQLiteInspection, DurabilityEngine[_L
         check_local(self.path)
         check_local(self._locks.directory)
         self._db = Connection(self.path, busy_timeout=float(busy_timeout))
+        # Used on the worker thread only: the result texts this process committed last.
+        self._own = OwnTexts(HEAD_CACHE_BYTES)
 
     @classmethod
     async def open(
@@ -231,35 +260,42 @@ class SQLiteDurability(SQLiteOutboxSource, SQLiteInspection, DurabilityEngine[_L
         replayed without the lock. Only when another holder has the lock does the turn wait
         for it here (polling) and load in a second hand-off."""
         self._locks.ensure_directory()
-        locks = self._locks
+        locks, own = self._locks, self._own
         fd = locks.take(thread_id)
         try:
 
             def open_turn(conn: sqlite3.Connection) -> OpenedTurn[_Lease] | None:
                 locked = locks.try_lock(fd, thread_id)
-                prior = _read_turn(conn, thread_id, turn_id)
-                if prior is not None:
-                    return OpenedTurn(prior, None)  # a replay needs no lock
+                # Read after locking: the epoch and the head are then current.
+                prior, fingerprint, epoch, head_turn, revision, text = conn.execute(
+                    _OPEN, (thread_id, turn_id)
+                ).fetchone()
+                if prior is not None:  # a replay needs no lock
+                    return OpenedTurn(_stored_turn(prior, fingerprint, thread_id, turn_id), None)
                 if not locked:
                     return None
                 # Read only: the first write of the turn bumps the epoch (module docstring).
-                lease = _Lease(thread_id, _read_epoch(conn, thread_id))
-                return OpenedTurn(None, lease, _read_head(conn, thread_id))
+                lease = _Lease(thread_id, 0 if epoch is None else int(epoch))
+                if head_turn is None:
+                    return OpenedTurn(None, lease, None)
+                return OpenedTurn(None, lease, _head(thread_id, head_turn, revision, text, own=own))
 
             opened = await self._db.read(open_turn)
             if opened is None:  # another holder has it: wait, then load under the lock
                 await locks.wait(fd, thread_id, self.lock_timeout)
-                opened = await self._db.read(self._load(thread_id, turn_id))
+                opened = await self._db.read(self._load(thread_id, turn_id, own))
             yield opened
         finally:
             locks.give_back(thread_id, fd)  # unlocks a lock taken (a replay took none)
 
     @staticmethod
-    def _load(thread_id: str, turn_id: str) -> Callable[[sqlite3.Connection], OpenedTurn[_Lease]]:
+    def _load(
+        thread_id: str, turn_id: str, own: OwnTexts
+    ) -> Callable[[sqlite3.Connection], OpenedTurn[_Lease]]:
         def load(conn: sqlite3.Connection) -> OpenedTurn[_Lease]:
             lease = _Lease(thread_id, _read_epoch(conn, thread_id))
             return OpenedTurn(
-                _read_turn(conn, thread_id, turn_id), lease, _read_head(conn, thread_id)
+                _read_turn(conn, thread_id, turn_id), lease, _read_head(conn, thread_id, own)
             )
 
         return load
@@ -329,14 +365,14 @@ class SQLiteDurability(SQLiteOutboxSource, SQLiteInspection, DurabilityEngine[_L
         loaded_revision = commit.loaded_revision
 
         def write(conn: sqlite3.Connection) -> None:
-            if _exists(conn, thread_id, turn_id):
-                raise _turns.already_committed(thread_id, turn_id)
-            row = conn.execute(
-                "SELECT revision FROM ik_heads WHERE thread_id = ?", (thread_id,)
+            exists, stored = conn.execute(
+                "SELECT EXISTS (SELECT 1 FROM ik_turns WHERE thread_id = ?1 AND turn_id = ?2),"
+                " (SELECT revision FROM ik_heads WHERE thread_id = ?1)",
+                (thread_id, turn_id),
             ).fetchone()
-            _turns.check_revision(
-                loaded_revision, 0 if row is None else row[0], thread_id=thread_id
-            )
+            if exists:
+                raise _turns.already_committed(thread_id, turn_id)
+            _turns.check_revision(loaded_revision, stored or 0, thread_id=thread_id)
             conn.execute(
                 "INSERT INTO ik_turns (thread_id, turn_id, revision, fingerprint, result,"
                 " committed_at) VALUES (?, ?, ?, ?, ?, ?)",
@@ -366,7 +402,10 @@ class SQLiteDurability(SQLiteOutboxSource, SQLiteInspection, DurabilityEngine[_L
                 ],
             )
             crash_point(CrashPoint.INSIDE_COMMIT, thread_id=thread_id, turn_id=turn_id)
+            # Our own encoder's text whether or not COMMIT then succeeds (see ``OwnTexts``).
+            own.remember(thread_id, result_bytes)
 
+        own, result_bytes = self._own, commit.result_json.encode("utf-8")
         await self._fenced_write(lease, write)
 
     async def storage_reconcile(
@@ -417,7 +456,8 @@ class SQLiteDurability(SQLiteOutboxSource, SQLiteInspection, DurabilityEngine[_L
         return await self._db.read(lambda conn: _read_turn(conn, thread_id, turn_id))
 
     async def storage_load_checkpoint(self, thread_id: str) -> KernelCheckpoint | None:
-        return await self._db.read(lambda conn: _read_head(conn, thread_id))
+        own = self._own
+        return await self._db.read(lambda conn: _read_head(conn, thread_id, own))
 
     async def storage_list_turns(
         self, thread_id: str, after_revision: int, limit: int
@@ -518,13 +558,6 @@ def _last_reconciliation(
     if row is None:
         return None
     return decode_model(ReconciliationRecord, row[0], what="reconciliation")
-
-
-def _exists(conn: sqlite3.Connection, thread_id: str, turn_id: str) -> bool:
-    row = conn.execute(
-        "SELECT 1 FROM ik_turns WHERE thread_id = ? AND turn_id = ?", (thread_id, turn_id)
-    ).fetchone()
-    return row is not None
 
 
 def _filters(**equal: str | None) -> tuple[str, tuple[str, ...]]:
