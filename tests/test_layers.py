@@ -141,6 +141,31 @@ RULES = [
         lambda m: DRIVERS(m) or m.split(".")[0] == "sqlite3",
     ),
     Rule(
+        "only intention_kernel/http imports starlette or uvicorn (the http extra)",
+        tuple(
+            str(path.relative_to(ROOT))
+            for path in sorted((ROOT / "intention_kernel").rglob("*.py"))
+            if "http" not in path.relative_to(ROOT / "intention_kernel").parts[:1]
+        ),
+        driver("starlette", "uvicorn"),
+    ),
+    Rule(
+        "the HTTP service runs agents through the kernel and reads through the contracts: it"
+        " opens no store and knows no adapter, the command line or the relay",
+        ("intention_kernel/http",),
+        within("contracts", "kernel", "http", "__version__"),
+    ),
+    Rule(
+        "the kernel, the contracts, durability and telemetry never import the HTTP service",
+        (
+            "intention_kernel/kernel",
+            "intention_kernel/contracts",
+            "intention_kernel/durability",
+            "intention_kernel/telemetry.py",
+        ),
+        lambda m: m == "intention_kernel.http" or m.startswith("intention_kernel.http."),
+    ),
+    Rule(
         "model gateways use the contracts, never the kernel, durability or the command line",
         ("intention_kernel/models",),
         within("contracts", "models"),

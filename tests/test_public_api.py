@@ -217,10 +217,23 @@ CONTRACTS = [
     "UsageError",
 ]
 
+HTTP = [
+    "Authenticator",
+    "Authorizer",
+    "BearerTokens",
+    "Principal",
+    "Server",
+    "create_app",
+    "hash_token",
+    "server_config",
+]
+"""The HTTP service (the ``http`` extra: Starlette and uvicorn, installed with ``dev``)."""
+
 PACKAGES = [
     ("intention_kernel", TOP_LEVEL),
     ("intention_kernel.kernel", KERNEL),
     ("intention_kernel.contracts", CONTRACTS),
+    ("intention_kernel.http", HTTP),
 ]
 DOCUMENTED_ELSEWHERE = {"JsonValue": "pydantic"}
 """Names re-exported from a dependency, which documents them."""

@@ -1,19 +1,24 @@
-"""Load ``module:attribute`` as the deployed agent's compatibility rules.
+"""Load ``module:attribute``: the deployed agent's compatibility rules, or the served agent.
 
 The attribute may be a ``CompiledAgent`` (its declared compatible fingerprints and migrations
 count), an ``AgentDefinition`` (only its own fingerprint is accepted, plus
 ``--compatible-with``), or a function of no arguments returning either. The operator's module
 may fail to import or its factory may raise: that is ``INVALID_AGENT`` naming the exception,
 not a traceback.
+
+``serve`` needs an agent bound to the store it opened: there the attribute is a factory called
+with that store (``load_served_agent``).
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 import sys
 from collections.abc import Iterable
 from pathlib import Path
 
+from ..contracts.durability import DurabilityStore
 from ..contracts.errors import KernelError
 from ..kernel.agent import AgentDefinition
 from ..kernel.compat import Compatibility
@@ -21,7 +26,7 @@ from ..kernel.compile import compile_manifest
 from ..kernel.runtime import CompiledAgent
 from ._common import CliError
 
-__all__ = ["load_compatibility"]
+__all__ = ["load_compatibility", "load_served_agent"]
 
 
 _SETTING = {"setting": "--agent"}
@@ -85,3 +90,34 @@ def load_compatibility(spec: str, compatible_with: Iterable[str] = ()) -> Compat
         f"{spec} is a {type(agent).__name__}, not a CompiledAgent or an AgentDefinition",
         context=_SETTING,
     )
+
+
+async def load_served_agent(spec: str, store: DurabilityStore) -> CompiledAgent:
+    """``factory(store)`` named by ``spec`` (sync or async), which must give a ``CompiledAgent``.
+
+    A ``CompiledAgent`` itself is refused: it is bound to a store of its own, and the service
+    must run turns on the store it reads and checks for readiness.
+    """
+    factory = _resolve(spec)
+    if isinstance(factory, CompiledAgent | AgentDefinition) or not callable(factory):
+        raise CliError(
+            "INVALID_AGENT",
+            f"{spec} must be a factory called with the opened store, returning a CompiledAgent"
+            " (for example intention_kernel.examples.travel_desk:compile_desk)",
+            context=_SETTING,
+        )
+    try:
+        agent = factory(store)
+        if inspect.isawaitable(agent):
+            agent = await agent
+    except KernelError:
+        raise
+    except Exception as exc:
+        raise _failed(f"calling {spec}", exc) from None
+    if not isinstance(agent, CompiledAgent):
+        raise CliError(
+            "INVALID_AGENT",
+            f"{spec} returned a {type(agent).__name__}, not a CompiledAgent",
+            context=_SETTING,
+        )
+    return agent

@@ -14,7 +14,7 @@ import typer
 from typer.core import TyperGroup
 
 from ..__version__ import __version__
-from . import compat, diagnose, extras, maintenance, outbox, receipts, threads
+from . import compat, diagnose, extras, maintenance, outbox, receipts, serve, threads
 from ._common import ExitCode, report_error
 
 __all__ = ["app", "run"]
@@ -70,7 +70,7 @@ app = typer.Typer(
     name="intention-kernel",
     cls=_Root,
     help="Operate an intention-kernel store: inspect, reconcile, check compatibility, migrate,"
-    " relay the outbox."
+    " relay the outbox, serve an agent over HTTP."
     " Exit codes: 0 ok, 1 findings, 2 usage or input error, 3 store error.",
     no_args_is_help=True,
     add_completion=False,
@@ -96,7 +96,7 @@ def _root(
     """Operate an intention-kernel store."""
 
 
-for module in (threads, diagnose, receipts, compat, maintenance, outbox, extras):
+for module in (threads, diagnose, receipts, compat, maintenance, outbox, extras, serve):
     module.register(app)
 
 

@@ -88,6 +88,11 @@ class CompiledAgent:
         return self._compat
 
     @property
+    def durability(self) -> Durability:
+        """The store the agent's turns commit to (the HTTP service reads threads from it)."""
+        return self._durability
+
+    @property
     def id(self) -> str:
         return self._runtime.definition.id
 

@@ -3,10 +3,13 @@
 
 It runs against ``FakeHotelProvider``, a provider port that honours idempotency keys, and
 ``scripted_model()``, a deterministic stand-in for a language model: no network, no API key.
+``compile_desk(store)`` binds it to a store, as ``intention-kernel serve --agent
+intention_kernel.examples.travel_desk:compile_desk`` needs.
 """
 
 from .agent import HOTELS, build_agent
 from .model import scripted_model
 from .provider import FakeHotelProvider
+from .service import compile_desk
 
-__all__ = ["HOTELS", "FakeHotelProvider", "build_agent", "scripted_model"]
+__all__ = ["HOTELS", "FakeHotelProvider", "build_agent", "compile_desk", "scripted_model"]

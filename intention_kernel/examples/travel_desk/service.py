@@ -1,0 +1,33 @@
+"""``compile_desk(store)``: the travel desk bound to a store, ready to serve over HTTP.
+
+Why a factory of the store: ``intention-kernel serve --agent module:attribute --store URL``
+opens the store itself and hands it to the factory, so the turns it runs and the reads and
+readiness checks it answers use the same store.
+"""
+
+from __future__ import annotations
+
+from ...contracts.durability import Durability
+from ...contracts.gateway import ModelGateway
+from ...kernel.kernel import Kernel
+from ...kernel.runtime import CompiledAgent
+from .agent import build_agent
+from .model import scripted_model
+from .provider import FakeHotelProvider
+
+__all__ = ["compile_desk"]
+
+
+def compile_desk(
+    store: Durability,
+    *,
+    model: ModelGateway | None = None,
+    provider: FakeHotelProvider | None = None,
+) -> CompiledAgent:
+    """The travel desk on ``store``, with the scripted model and a fake provider by default."""
+    kernel = Kernel(
+        durability=store,
+        model=model if model is not None else scripted_model(),
+        ports={"hotels": provider if provider is not None else FakeHotelProvider()},
+    )
+    return kernel.compile(build_agent())

@@ -1,0 +1,24 @@
+"""The HTTP service (the ``http`` extra: Starlette and uvicorn).
+
+``create_app(agent, authenticate=BearerTokens(...))`` is an ASGI application: ``POST
+/v1/threads/{thread_id}/turns`` with the turn id as ``Idempotency-Key``, thread reads, health,
+readiness and an OpenAPI document; ``Server`` runs it with uvicorn and drains running turns at
+shutdown. See ``docs/http.md``.
+"""
+
+from __future__ import annotations
+
+from .app import create_app
+from .auth import Authenticator, Authorizer, BearerTokens, Principal, hash_token
+from .server import Server, server_config
+
+__all__ = [
+    "Authenticator",
+    "Authorizer",
+    "BearerTokens",
+    "Principal",
+    "Server",
+    "create_app",
+    "hash_token",
+    "server_config",
+]

@@ -1,0 +1,149 @@
+"""Who may do what: the principal of a request, bearer tokens, the authorization hook.
+
+Why tokens are kept only as digests: a configuration file or a process dump must not hand out
+the secrets it checks. A token is compared by its SHA-256 digest against every configured
+digest with ``hmac.compare_digest``, so neither a match nor its position leaks through timing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from starlette.requests import Request
+
+from ..contracts.errors import ConfigurationError
+
+__all__ = [
+    "Authenticator",
+    "Authorizer",
+    "BearerTokens",
+    "Principal",
+    "allow_any",
+    "hash_token",
+]
+
+_DIGEST = re.compile(r"sha256:([0-9a-f]{64})")
+_PRINCIPAL = re.compile(r"[^\s\x00-\x1f\x7f]{1,256}")
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """An authenticated caller. ``id`` is recorded as the actor of the approvals it gives."""
+
+    id: str
+    roles: frozenset[str] = field(default_factory=frozenset)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.id, str) or not _PRINCIPAL.fullmatch(self.id):
+            raise ConfigurationError(
+                "a principal id is 1 to 256 characters without spaces or control characters",
+                context={"setting": "principal"},
+            )
+
+
+Authenticator = Callable[[Request], Principal | Awaitable[Principal | None] | None]
+"""``(request) -> Principal | None`` (sync or async); ``None`` refuses the request (401)."""
+
+Authorizer = Callable[[Principal, str, str], bool | Awaitable[bool]]
+"""``(principal, thread_id, action) -> bool`` (sync or async); ``action`` is ``turn`` or
+``read``. ``False`` refuses the request (403)."""
+
+
+def allow_any(principal: Principal, thread_id: str, action: str) -> bool:
+    """The default authorization: any authenticated principal may act on any thread."""
+    return True
+
+
+def hash_token(token: str) -> str:
+    """``sha256:<hex>`` of a token, the form ``BearerTokens`` and a tokens file keep."""
+    return "sha256:" + hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+class BearerTokens:
+    """Authenticates ``Authorization: Bearer <token>`` against configured token digests.
+
+    ``BearerTokens({"alice": "sha256:<hex>"})`` takes digests as configuration holds them;
+    ``BearerTokens.from_secrets({"alice": "s3cret"})`` hashes at once and keeps only digests;
+    ``BearerTokens.from_file(path)`` reads lines ``principal sha256:<hex>``.
+    """
+
+    __slots__ = ("_digests",)
+
+    def __init__(self, digests: Mapping[str, str]) -> None:
+        entries: list[tuple[bytes, Principal]] = []
+        seen: set[str] = set()
+        for name, digest in digests.items():
+            principal = Principal(name)
+            match = _DIGEST.fullmatch(digest.strip().lower()) if isinstance(digest, str) else None
+            if match is None:
+                raise ConfigurationError(
+                    f"the token of {name} is not sha256:<64 hex digits>",
+                    context={"setting": "tokens"},
+                )
+            if match.group(1) in seen:
+                raise ConfigurationError(
+                    f"the token of {name} is also another principal's",
+                    context={"setting": "tokens"},
+                )
+            seen.add(match.group(1))
+            entries.append((bytes.fromhex(match.group(1)), principal))
+        if not entries:
+            raise ConfigurationError("no bearer tokens configured", context={"setting": "tokens"})
+        self._digests = tuple(entries)
+
+    @classmethod
+    def from_secrets(cls, secrets: Mapping[str, str]) -> BearerTokens:
+        """Tokens given in clear (tests, a secret store): hashed here, the clear text dropped."""
+        short = [name for name, secret in secrets.items() if len(secret) < 8]
+        if short:
+            raise ConfigurationError(
+                "a bearer token must be at least 8 characters",
+                context={"setting": "tokens", "principals": sorted(short)},
+            )
+        return cls({name: hash_token(secret) for name, secret in secrets.items()})
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> BearerTokens:
+        """Lines ``principal sha256:<hex>``; blank lines and ``#`` comments are skipped."""
+        digests: dict[str, str] = {}
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigurationError(
+                f"cannot read the tokens file: {type(exc).__name__}",
+                context={"setting": "tokens"},
+            ) from None
+        for number, line in enumerate(text.splitlines(), start=1):
+            content = line.split("#", 1)[0].strip()
+            if not content:
+                continue
+            parts = content.split()
+            if len(parts) != 2 or parts[0] in digests:
+                raise ConfigurationError(
+                    f"line {number} of the tokens file is not 'principal sha256:<hex>'"
+                    " (or names a principal twice)",
+                    context={"setting": "tokens", "line": number},
+                )
+            digests[parts[0]] = parts[1]
+        return cls(digests)
+
+    def __call__(self, request: Request) -> Principal | None:
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            return None
+        digest = hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+        found: Principal | None = None
+        for expected, principal in self._digests:  # every entry: no early exit to time
+            if hmac.compare_digest(digest, expected):
+                found = principal
+        return found
+
+    def __repr__(self) -> str:
+        return f"BearerTokens({len(self._digests)} principal(s))"

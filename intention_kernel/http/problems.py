@@ -1,0 +1,163 @@
+"""RFC 9457 problem details: every error the service answers, with the library's stable codes.
+
+Why one mapping: a client branches on ``code`` and ``retryable``, and a retrying client must be
+told the same thing for the same condition whichever route hit it. A ``KernelError``'s message
+is safe to show (it never holds payloads or driver output); anything else is a bug, logged here
+and answered as ``INTERNAL`` with no detail, so no traceback or internal text reaches a client.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from starlette.responses import Response
+
+from ..contracts.errors import (
+    DurabilityError,
+    EffectUncertainError,
+    ErrorCode,
+    InvalidIdError,
+    InvalidInputError,
+    KernelError,
+    ModelGatewayError,
+    TurnConflictError,
+    TurnTimeoutError,
+)
+
+__all__ = [
+    "PROBLEM_TYPE",
+    "HttpProblem",
+    "problem_for",
+    "problem_response",
+]
+
+logger = logging.getLogger("intention_kernel.http")
+
+PROBLEM_TYPE = "urn:intention-kernel:problem:"
+"""A problem's ``type`` is this prefix followed by its code (a URN: nothing to dereference)."""
+
+RETRY_AFTER_SECONDS = 1
+"""What ``Retry-After`` says for a retryable answer: soon, with the same ``Idempotency-Key``."""
+
+RETRY_SAME_KEY = "retry with the same Idempotency-Key"
+
+_TITLES = {
+    400: "Bad request",
+    401: "Unauthenticated",
+    403: "Forbidden",
+    404: "Not found",
+    405: "Method not allowed",
+    409: "Conflict",
+    413: "Payload too large",
+    415: "Unsupported media type",
+    422: "Unprocessable content",
+    500: "Internal error",
+    503: "Service unavailable",
+}
+
+# Codes of turns that collided with a stored one, and store refusals that pass when retried.
+_CONFLICT = {
+    ErrorCode.TURN_ID_REUSED,
+    ErrorCode.TURN_EXPIRED,
+    ErrorCode.TURN_ALREADY_COMMITTED,
+    ErrorCode.CHECKPOINT_REVISION_CONFLICT,
+}
+_UNAVAILABLE = {
+    ErrorCode.LOCK_TIMEOUT,
+    ErrorCode.LEASE_LOST,
+    ErrorCode.STORE_BUSY,
+    ErrorCode.STORE_UNAVAILABLE,
+    ErrorCode.SCOPE_CLOSED,
+}
+
+
+class HttpProblem(Exception):
+    """An answer that is an error: raised by a route, turned into ``application/problem+json``."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        detail: str,
+        *,
+        retryable: bool = False,
+        headers: dict[str, str] | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(f"[{code}] {detail}")
+        self.status = status
+        self.code = code
+        self.detail = detail
+        self.retryable = retryable
+        self.headers = dict(headers or {})
+        if retryable and status in (409, 429, 503):
+            self.headers.setdefault("Retry-After", str(RETRY_AFTER_SECONDS))
+        self.extra = dict(extra or {})
+
+    def document(self, instance: str | None = None) -> dict[str, Any]:
+        """The problem document (RFC 9457 members plus ``code`` and ``retryable``)."""
+        body: dict[str, Any] = {
+            "type": PROBLEM_TYPE + self.code,
+            "title": _TITLES.get(self.status, "Error"),
+            "status": self.status,
+            "detail": self.detail,
+            "code": self.code,
+            "retryable": self.retryable,
+        }
+        if instance is not None:
+            body["instance"] = instance
+        body.update(self.extra)
+        return body
+
+
+def problem_response(problem: HttpProblem, instance: str | None = None) -> Response:
+    return Response(
+        json.dumps(problem.document(instance), ensure_ascii=False, separators=(",", ":")),
+        status_code=problem.status,
+        headers=problem.headers,
+        media_type="application/problem+json",
+    )
+
+
+def _from_kernel(exc: KernelError) -> HttpProblem:
+    code = exc.code
+    field = exc.context.get("field")
+    extra = {"field": field} if isinstance(field, str) else None
+    if isinstance(exc, TurnTimeoutError):
+        return HttpProblem(
+            503,
+            str(code),
+            "the turn did not finish in time; it may have committed: "
+            f"{RETRY_SAME_KEY} to get its result (nothing runs twice)",
+            retryable=True,
+        )
+    if isinstance(exc, InvalidIdError):
+        return HttpProblem(400, str(code), exc.message, extra=extra)
+    if isinstance(exc, InvalidInputError):
+        return HttpProblem(422, str(code), exc.message, extra=extra)
+    if isinstance(exc, TurnConflictError) and code in _CONFLICT:
+        return HttpProblem(409, str(code), exc.message, retryable=exc.retryable)
+    if code in _UNAVAILABLE or (isinstance(exc, DurabilityError) and exc.retryable):
+        return HttpProblem(503, str(code), f"{exc.message}; {RETRY_SAME_KEY}", retryable=True)
+    if isinstance(exc, EffectUncertainError):
+        return HttpProblem(
+            503,
+            str(code),
+            f"a write of this turn is being verified; it is never repeated: {RETRY_SAME_KEY} later",
+            retryable=True,
+        )
+    if isinstance(exc, ModelGatewayError) or exc.retryable:
+        return HttpProblem(503, str(code), f"{exc.message}; {RETRY_SAME_KEY}", retryable=True)
+    return HttpProblem(500, str(code), exc.message)
+
+
+def problem_for(exc: BaseException) -> HttpProblem:
+    """The problem that answers ``exc``; an unexpected one is logged and answered ``INTERNAL``."""
+    if isinstance(exc, HttpProblem):
+        return exc
+    if isinstance(exc, KernelError):
+        return _from_kernel(exc)
+    logger.error("unexpected %s while answering a request", type(exc).__name__, exc_info=exc)
+    return HttpProblem(500, "INTERNAL", "an unexpected error occurred; it was logged")

@@ -1,0 +1,109 @@
+"""``intention-kernel serve`` as an operator starts it: a subprocess on a free port that
+answers health and turns (a retry with the same key replays) and stops on SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from intention_kernel.http import hash_token
+
+CLI = [sys.executable, "-m", "intention_kernel.cli"]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _cli(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CLI, *args], input=stdin, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def test_hash_token_prints_a_tokens_file_line() -> None:
+    done = _cli("hash-token", "alice", stdin="alice-token-0001\n")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"alice {hash_token('alice-token-0001')}"
+    short = _cli("hash-token", "alice", stdin="short\n")
+    assert short.returncode == 2 and "INVALID_TOKEN" in short.stderr
+
+
+def test_serve_refuses_to_start_without_tokens(tmp_path: Path) -> None:
+    store = tmp_path / "desk.db"
+    assert _cli("migrate", "--store", str(store)).returncode == 0
+    agent = "intention_kernel.examples.travel_desk:compile_desk"
+    done = _cli("serve", "--agent", agent, "--store", str(store))
+    assert done.returncode == 2 and "UNAUTHENTICATED_SERVICE" in done.stderr
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"alice {hash_token('alice-token-0001')}\n")
+    wrong = "intention_kernel.examples.travel_desk:build_agent"
+    done = _cli(
+        "serve", "--agent", wrong, "--store", str(store), "--tokens", str(tokens), "--port", "1"
+    )
+    assert done.returncode == 2 and "INVALID_AGENT" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_serve_answers_turns_and_stops_on_sigterm(tmp_path: Path) -> None:
+    store = tmp_path / "desk.db"
+    assert _cli("migrate", "--store", str(store)).returncode == 0
+    tokens = tmp_path / "tokens"
+    tokens.write_text(_cli("hash-token", "alice", stdin="alice-token-0001\n").stdout)
+    port = _free_port()
+    process = subprocess.Popen(
+        [
+            *CLI,
+            "serve",
+            "--agent",
+            "intention_kernel.examples.travel_desk:compile_desk",
+            "--port",
+            str(port),
+            "--tokens",
+            str(tokens),
+        ],
+        env={**os.environ, "IK_STORE": str(store)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, "serve did not start"
+            time.sleep(0.1)
+        assert httpx.get(f"{url}/readyz").status_code == 200
+        headers = {"Authorization": "Bearer alice-token-0001", "Idempotency-Key": "turn-1"}
+        body = {"text": "Find a hotel in Lisbon for 2 nights"}
+        first = httpx.post(f"{url}/v1/threads/t-1/turns", json=body, headers=headers)
+        again = httpx.post(f"{url}/v1/threads/t-1/turns", json=body, headers=headers)
+        assert first.status_code == 200, first.text
+        assert first.headers["idempotent-replayed"] == "false"
+        assert again.headers["idempotent-replayed"] == "true"
+        assert again.json()["response"] == first.json()["response"]
+        anonymous = httpx.post(f"{url}/v1/threads/t-1/turns", json=body)
+        assert anonymous.status_code == 401
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=30)
+        assert process.returncode == 0, err
+        assert "Traceback" not in err
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
