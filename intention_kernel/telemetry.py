@@ -2,9 +2,14 @@
 
 Why one module: it is the only place that imports ``opentelemetry`` (the ``otel`` extra, the
 API only; the host brings the SDK and its exporter). Without the package every helper is a
-shared no-op; with the API but no SDK configured, a turn starts one non-recording span and
-skips everything else (no attributes are built, no child spans are started). Metrics go to
-the no-op meter then.
+shared no-op; with the API but no SDK configured, a turn checks the two global providers and
+does nothing else. With an SDK whose sampler drops the turn, the turn's span is not recording
+and no child span or further attribute is built (its metrics are still recorded).
+
+Cost (``bench/telemetry_overhead.py``): almost all of it is the SDK's own span and metric
+work; here each span gets its attributes at its start and those known later in one call at
+its end, metric attribute sets are built once per kernel, and the redactor's envelope once
+per turn.
 
 What is emitted (see ``docs/observability.md``):
 
@@ -28,7 +33,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 
 from .__version__ import __version__
 from .contracts.events import KernelEvent
@@ -137,6 +142,28 @@ class _Null:
 NULL = _Null()
 
 
+_POINTS_KEPT = 4096
+"""How many metric attribute sets one ``Telemetry`` keeps built. Their values are agent,
+outcome, store, capability, receipt status, provider, model and task names (never a thread or
+turn id), so a kernel has a few dozen; past the bound they are built per point."""
+
+_DURATION = ("ik.agent.id", "ik.turn.outcome")
+_REPLAYS = ("ik.agent.id",)
+_LEASE = ("ik.agent.id", "db.system")
+_EFFECTS = ("ik.capability.id", "ik.receipt.status")
+_TOKENS = (
+    "gen_ai.operation.name",
+    "gen_ai.provider.name",
+    "gen_ai.request.model",
+    "ik.model.task",
+    "gen_ai.token.type",
+)
+
+
+def _cleaned(data: Mapping[str, object]) -> Attributes:
+    return {k: v for k, v in ((k, _clean(v)) for k, v in data.items()) if v is not None}
+
+
 class Telemetry:
     """The tracer and instruments of one kernel; ``Kernel(tracer_provider=, meter_provider=)``
     choose the providers (default: the global ones, so a host that configures the SDK once
@@ -149,6 +176,7 @@ class Telemetry:
         "_lease",
         "_own_meter",
         "_own_tracer",
+        "_points",
         "_redact",
         "_replays",
         "_tokens",
@@ -166,6 +194,7 @@ class Telemetry:
     ) -> None:
         self.enabled = enabled and AVAILABLE
         self._redact = redact
+        self._points: dict[tuple[str | None, ...], Attributes] = {}
         if not self.enabled:
             return
         self._own_tracer = isinstance(tracer_provider, TracerProvider)
@@ -235,24 +264,16 @@ class Telemetry:
         name = type(metrics.get_meter_provider()).__name__
         return name not in ("_ProxyMeterProvider", "NoOpMeterProvider")
 
-    def attributes(self, kind: str, attributes: Attributes, ids: tuple[str, str]) -> Attributes:
-        """``attributes`` after the host's redactor (as the data of a ``telemetry.<kind>``
-        event of the turn); values it turns into something that is not an attribute value
-        are dropped."""
-        if self._redact is None:
-            return attributes
-        event = KernelEvent(
-            id="evt_telemetry.0",
-            type=f"telemetry.{kind}",
-            occurred_at=datetime.now(UTC),
-            thread_id=ids[0],
-            turn_id=ids[1],
-            sequence=0,
-            correlation_id="telemetry",
-            data=attributes,
-        )
-        data = self._redact(event).data
-        return {k: v for k, v in ((k, _clean(v)) for k, v in data.items()) if v is not None}
+    def point(self, key: tuple[str | None, ...], names: tuple[str, ...]) -> Attributes:
+        """The attributes of a metric point: ``names`` paired with ``key[1:]`` (``key[0]``
+        names the metric; ``None`` values are left out). Built once per distinct key and
+        shared: the SDK copies what it keeps, and nothing here changes a built one."""
+        found = self._points.get(key)
+        if found is None:
+            found = {n: v for n, v in zip(names, key[1:], strict=True) if v is not None}
+            if len(self._points) < _POINTS_KEPT:
+                self._points[key] = found
+        return found
 
 
 _CURRENT: ContextVar[_Turn | None] = ContextVar("intention_kernel_turn", default=None)
@@ -260,16 +281,34 @@ _CURRENT: ContextVar[_Turn | None] = ContextVar("intention_kernel_turn", default
 
 
 class _Span:
-    """A child span of the current turn, current itself while its block runs."""
+    """A child span of the current turn, current itself while its block runs.
 
-    __slots__ = ("_token", "span", "turn")
+    Its attributes are given when it starts (samplers and processors see them); those known
+    only later are gathered in ``ended_with`` and set in one call as it ends: each call into
+    the SDK's attribute handling costs more than the attributes themselves.
+    """
 
-    def __init__(self, turn: _Turn, span: Span) -> None:
+    __slots__ = ("_kind", "_token", "ended_with", "span", "turn")
+
+    def __init__(
+        self,
+        turn: _Turn,
+        name: str,
+        kind: str,
+        attributes: Attributes | None,
+        span_kind: SpanKind | None = None,
+    ) -> None:
         self.turn = turn
-        self.span = span
+        self._kind = kind
+        self.span: Span = turn.telemetry.tracer.start_span(
+            name,
+            kind=SpanKind.INTERNAL if span_kind is None else span_kind,
+            attributes=None if attributes is None else turn.shown(kind, attributes),
+        )
+        self.ended_with: Attributes = {}
         self._token: object = None
 
-    def __enter__(self) -> _Span:
+    def __enter__(self) -> Self:
         self._token = otel_context.attach(trace.set_span_in_context(self.span))
         return self
 
@@ -279,27 +318,32 @@ class _Span:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if exc is not None:
-            self.span.set_attribute("error.type", _error_type(exc))
-            self.span.set_status(StatusCode.ERROR, _error_type(exc))
-        otel_context.detach(self._token)  # type: ignore[arg-type]
-        self.span.end()
-
-    def set(self, kind: str, attributes: Attributes) -> None:
-        self.span.set_attributes(self.turn.telemetry.attributes(kind, attributes, self.turn.ids))
+        try:
+            ended = self.turn.shown(self._kind, self.ended_with) if self.ended_with else {}
+            if exc is not None:
+                ended["error.type"] = _error_type(exc)
+                self.span.set_status(StatusCode.ERROR, _error_type(exc))
+            if ended:
+                self.span.set_attributes(ended)
+        finally:
+            otel_context.detach(self._token)  # type: ignore[arg-type]
+            self.span.end()
 
 
 class _Turn:
     """One ``CompiledAgent.run``: its span, its outcome and its duration."""
 
     __slots__ = (
+        "_envelope",
         "_started",
         "_token",
         "_turn_token",
+        "_waited_ms",
         "agent_id",
         "attributes",
         "ids",
         "metered",
+        "recording",
         "replayed",
         "span",
         "store",
@@ -332,22 +376,48 @@ class _Turn:
         if store is not None:
             self.attributes["db.system"] = store
         self.replayed = False
+        self.recording = False
         self.traceparent: str | None = None
+        self._envelope: KernelEvent | None = None
+        self._waited_ms: float | None = None
         self._token: object = None
         self.traced = True
         self.metered = True
 
-    @property
-    def recording(self) -> bool:
-        return self.span.is_recording()
+    def shown(self, kind: str, attributes: Attributes) -> Attributes:
+        """``attributes`` after the host's redactor: the ``data`` of a ``telemetry.<kind>``
+        event of this turn (one envelope per turn, validated once, copied per call); values
+        it turns into something that is not an attribute value are dropped."""
+        redact = self.telemetry._redact
+        if redact is None:
+            return attributes
+        if self._envelope is None:
+            self._envelope = KernelEvent(
+                id="evt_telemetry.0",
+                type="telemetry.turn",
+                occurred_at=datetime.now(UTC),
+                thread_id=self.ids[0],
+                turn_id=self.ids[1],
+                sequence=0,
+                correlation_id="telemetry",
+            )
+        event = self._envelope.model_copy(
+            update={"type": f"telemetry.{kind}", "data": dict(attributes)}
+        )
+        return _cleaned(redact(event).data)
 
     def __enter__(self) -> _Turn:
         self._started = time.perf_counter()
+        # The turn's attributes go to the sampler too (one that samples by agent sees them).
         self.span = (
-            self.telemetry.tracer.start_span("ik.turn") if self.traced else trace.INVALID_SPAN
+            self.telemetry.tracer.start_span(
+                "ik.turn", attributes=self.shown("turn", self.attributes)
+            )
+            if self.traced
+            else trace.INVALID_SPAN
         )
-        if self.span.is_recording():
-            self.span.set_attributes(self.telemetry.attributes("turn", self.attributes, self.ids))
+        self.recording = self.span.is_recording()
+        if self.recording:
             context = self.span.get_span_context()
             self.traceparent = (
                 f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
@@ -371,20 +441,27 @@ class _Turn:
             outcome = "timeout"
         else:
             outcome = "error"
+        telemetry = self.telemetry
         if self.metered:
-            measured = {"ik.agent.id": self.agent_id, "ik.turn.outcome": outcome}
-            self.telemetry._durations.record(time.perf_counter() - self._started, measured)
+            measured = telemetry.point(("duration", self.agent_id, outcome), _DURATION)
+            telemetry._durations.record(time.perf_counter() - self._started, measured)
             if self.replayed:
-                self.telemetry._replays.add(1, {"ik.agent.id": self.agent_id})
+                telemetry._replays.add(1, telemetry.point(("replays", self.agent_id), _REPLAYS))
         if self._token is not None:
             otel_context.detach(self._token)  # type: ignore[arg-type]
         span = self.span
-        if span.is_recording():
-            span.set_attribute("ik.turn.outcome", outcome)
-            span.set_attribute("ik.turn.replayed", self.replayed)
+        if self.recording:
+            ended: Attributes = {}
+            if self._waited_ms is not None:
+                # An attribute and not a span of its own: a span per turn costs more than it
+                # shows.
+                ended["ik.lease.wait_ms"] = self._waited_ms
+            ended["ik.turn.outcome"] = outcome
+            ended["ik.turn.replayed"] = self.replayed
             if exc is not None:
-                span.set_attribute("error.type", _error_type(exc))
+                ended["error.type"] = _error_type(exc)
                 span.set_status(StatusCode.ERROR, _error_type(exc))
+            span.set_attributes(ended)
         span.end()
 
     def acquired(self, since: float) -> None:
@@ -392,20 +469,14 @@ class _Turn:
         ``time.perf_counter()`` at which ``with_turn`` was called."""
         waited = time.perf_counter() - since
         if self.metered:
-            measured: Attributes = {"ik.agent.id": self.agent_id}
-            if self.store is not None:
-                measured["db.system"] = self.store
-            self.telemetry._lease.record(waited, measured)
-        if self.span.is_recording():
-            # An attribute and not a span of its own: a span per turn costs more than it shows.
-            self.span.set_attribute("ik.lease.wait_ms", round(waited * 1000, 3))
+            telemetry = self.telemetry
+            measured = telemetry.point(("lease", self.agent_id, self.store), _LEASE)
+            telemetry._lease.record(waited, measured)
+        if self.recording:
+            self._waited_ms = round(waited * 1000, 3)  # set on the span as it ends
 
     def outcome(self, replayed: bool) -> None:
         self.replayed = replayed
-
-    def child(self, name: str, kind: SpanKind | None = None) -> _Span:
-        started = self.telemetry.tracer.start_span(name, kind=kind or SpanKind.INTERNAL)
-        return _Span(self, started)
 
 
 def _turn() -> _Turn | None:
@@ -416,37 +487,17 @@ def _turn() -> _Turn | None:
 # ------------------------------------------------------------------- plan
 
 
-class _Plan:
-    __slots__ = ("_span",)
-
-    def __init__(self, span: _Span) -> None:
-        self._span = span
-
-    def __enter__(self) -> _Plan:
-        self._span.__enter__()
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._span.__exit__(kind, exc, tb)
+class _Plan(_Span):
+    __slots__ = ()
 
     def planned(self, steps: int, held: Iterable[tuple[str, str]], clarifications: int) -> None:
         """What the plan decided; each held step is a span event ``ik.step.held``."""
         held = list(held)
-        self._span.set(
-            "plan",
-            {
-                "ik.plan.steps": steps,
-                "ik.plan.held": len(held),
-                "ik.plan.clarifications": clarifications,
-            },
-        )
+        self.ended_with["ik.plan.steps"] = steps
+        self.ended_with["ik.plan.held"] = len(held)
+        self.ended_with["ik.plan.clarifications"] = clarifications
         for capability, reason in held:
-            self._span.span.add_event(
+            self.span.add_event(
                 "ik.step.held", {"ik.capability.id": capability, "ik.hold.reason": reason}
             )
 
@@ -456,7 +507,7 @@ def plan_span() -> _Plan | _Null:
     turn = _turn()
     if turn is None or not turn.recording:
         return NULL
-    return _Plan(turn.child("ik.plan"))
+    return _Plan(turn, "ik.plan", "plan", None)
 
 
 # ------------------------------------------------------------------- model calls
@@ -481,8 +532,7 @@ class _Chat:
             self.attributes["gen_ai.system"] = provider
         self._span: _Span | None = None
         if turn.recording:
-            self._span = turn.child(f"chat {model}", SpanKind.CLIENT)
-            self._span.set("chat", self.attributes)
+            self._span = _Span(turn, f"chat {model}", "chat", self.attributes, SpanKind.CLIENT)
 
     def __enter__(self) -> _Chat:
         if self._span is not None:
@@ -498,15 +548,6 @@ class _Chat:
         if self._span is not None:
             self._span.__exit__(kind, exc, tb)
 
-    def _measured(self) -> Attributes:
-        measured: Attributes = {
-            k: self.attributes[k]
-            for k in ("gen_ai.operation.name", "gen_ai.provider.name", "gen_ai.request.model")
-            if k in self.attributes
-        }
-        measured["ik.model.task"] = self.task
-        return measured
-
     def answered(
         self,
         *,
@@ -521,16 +562,18 @@ class _Chat:
             self.attributes["gen_ai.provider.name"] = provider
             self.attributes["gen_ai.system"] = provider
         if self.turn.metered:
-            measured = self._measured()
-            tokens = self.turn.telemetry._tokens
-            tokens.record(input_tokens, {**measured, "gen_ai.token.type": "input"})
-            tokens.record(output_tokens, {**measured, "gen_ai.token.type": "output"})
+            telemetry = self.turn.telemetry
+            named = self.attributes.get("gen_ai.provider.name")
+            asked = self.attributes["gen_ai.request.model"]
+            record = telemetry._tokens.record
+            key = ("tokens", "chat", named, asked, self.task)
+            record(input_tokens, telemetry.point((*key, "input"), _TOKENS))
+            record(output_tokens, telemetry.point((*key, "output"), _TOKENS))
         if self._span is None:
             return
-        answered: Attributes = {
-            "gen_ai.usage.input_tokens": input_tokens,
-            "gen_ai.usage.output_tokens": output_tokens,
-        }
+        answered = self._span.ended_with
+        answered["gen_ai.usage.input_tokens"] = input_tokens
+        answered["gen_ai.usage.output_tokens"] = output_tokens
         if provider is not None:
             answered["gen_ai.provider.name"] = provider
             answered["gen_ai.system"] = provider
@@ -538,7 +581,6 @@ class _Chat:
             answered["gen_ai.response.model"] = model
         if finish_reason is not None:
             answered["gen_ai.response.finish_reasons"] = [finish_reason]
-        self._span.set("chat", answered)
 
 
 def model_span(task: str, provider: str | None, model: str) -> _Chat | _Null:
@@ -554,27 +596,12 @@ def model_span(task: str, provider: str | None, model: str) -> _Chat | _Null:
 # ------------------------------------------------------------------- steps and effects
 
 
-class _Step:
-    __slots__ = ("_span",)
-
-    def __init__(self, span: _Span) -> None:
-        self._span = span
-
-    def __enter__(self) -> _Step:
-        self._span.__enter__()
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._span.__exit__(kind, exc, tb)
+class _Step(_Span):
+    __slots__ = ()
 
     def ended(self, status: str) -> None:
         """How the step ended (``StepStatus``)."""
-        self._span.set("step", {"ik.step.status": status})
+        self.ended_with["ik.step.status"] = status
 
 
 def step_span(capability: str, version: str, step_id: str, effect: str) -> _Step | _Null:
@@ -582,8 +609,9 @@ def step_span(capability: str, version: str, step_id: str, effect: str) -> _Step
     turn = _turn()
     if turn is None or not turn.recording:
         return NULL
-    span = turn.child(f"ik.step {capability}")
-    span.set(
+    return _Step(
+        turn,
+        f"ik.step {capability}",
         "step",
         {
             "ik.capability.id": capability,
@@ -592,7 +620,6 @@ def step_span(capability: str, version: str, step_id: str, effect: str) -> _Step
             "ik.step.id": step_id,
         },
     )
-    return _Step(span)
 
 
 class _Effect:
@@ -618,11 +645,11 @@ class _Effect:
         if exc is not None and self.status == "error":
             self.status = "interrupted" if isinstance(exc, asyncio.CancelledError) else "error"
         if self.turn.metered:
-            self.turn.telemetry._effects.add(
-                1, {"ik.capability.id": self.capability, "ik.receipt.status": self.status}
-            )
+            telemetry = self.turn.telemetry
+            measured = telemetry.point(("effects", self.capability, self.status), _EFFECTS)
+            telemetry._effects.add(1, measured)
         if self._span is not None:
-            self._span.set("effect", {"ik.receipt.status": self.status})
+            self._span.ended_with["ik.receipt.status"] = self.status
             self._span.__exit__(kind, exc, tb)
 
     def settled(self, status: str, receipt: EffectReceipt | None, replayed: bool | None) -> None:
@@ -631,14 +658,12 @@ class _Effect:
         self.status = str(status)
         if self._span is None:
             return
-        found: Attributes = {}
+        found = self._span.ended_with
         if receipt is not None:
             found["ik.receipt.id"] = receipt.id
             found["ik.receipt.attempts"] = receipt.attempts
         if replayed is not None:
             found["ik.effect.replayed"] = replayed
-        if found:
-            self._span.set("effect", found)
 
 
 def effect_span(capability: str, ledger_key: str) -> _Effect | _Null:
@@ -649,8 +674,9 @@ def effect_span(capability: str, ledger_key: str) -> _Effect | _Null:
         return NULL
     span: _Span | None = None
     if turn.recording:
-        span = turn.child(f"ik.effect {capability}")
-        span.set(
+        span = _Span(
+            turn,
+            f"ik.effect {capability}",
             "effect",
             {"ik.capability.id": capability, "ik.effect.key_sha256": key_hash(ledger_key)},
         )
