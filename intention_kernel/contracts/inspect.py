@@ -10,6 +10,7 @@ interaction and agenda), or an undelivered or dead outbox event.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol, runtime_checkable
@@ -41,6 +42,9 @@ class ThreadSummary:
     text is not JSON or has no agent fingerprint), or ``None``. A listing reports such a
     thread (``fingerprint`` ``None``) and carries on; loading it raises
     ``CheckpointCorruptError``."""
+    pending_interaction: str | None = None
+    """The ``kind`` of the head checkpoint's active interaction (a confirmation or a question
+    the thread waits on), as recorded when the head was committed; ``None`` without one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,8 +112,18 @@ class StoreInspector(Protocol):
         prefix: str | None = None,
         after: str | None = None,
         limit: int = 100,
+        uncertain: bool | None = None,
+        pending: bool | None = None,
+        corrupt: bool | None = None,
+        fingerprint_not_in: Collection[str] | None = None,
     ) -> list[ThreadSummary]:
-        """Threads in id order (those with commits or receipts), after the cursor ``after``."""
+        """Threads in id order (those with commits or receipts), after the cursor ``after``.
+
+        Filters combine with AND; ``None`` does not filter. ``uncertain``: whether
+        ``uncertain_receipts > 0``; ``pending``: whether ``pending_interaction`` is set;
+        ``corrupt``: whether the head cannot be read back; ``fingerprint_not_in``: only threads
+        with a head whose agent fingerprint (as committed) is not one of these.
+        """
         ...
 
     async def store_status(self) -> StoreStatus: ...

@@ -6,7 +6,7 @@ a bad argument gets the same ``InvalidInputError`` from every store and nothing 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -16,9 +16,12 @@ from ..contracts.receipts import ReceiptStatus
 
 __all__ = [
     "MAX_ERROR_LENGTH",
+    "MAX_FINGERPRINTS",
     "check_cutoff",
+    "check_fingerprints",
     "check_flag",
     "check_limit",
+    "check_optional_flag",
     "check_optional_thread_id",
     "check_optional_turn_id",
     "check_position",
@@ -32,6 +35,10 @@ __all__ = [
 
 MAX_ERROR_LENGTH = 2000
 """A delivery error is kept up to this many characters."""
+
+MAX_FINGERPRINTS = 100
+"""``list_threads(fingerprint_not_in=...)`` takes at most this many fingerprints: the set is
+sent with every page query."""
 
 
 def _is_int(value: Any) -> bool:
@@ -102,6 +109,34 @@ def check_flag(value: Any, name: str) -> bool:
     if not isinstance(value, bool):
         raise InvalidInputError(f"{name} must be True or False", context={"field": name})
     return value
+
+
+def check_optional_flag(value: Any, name: str) -> bool | None:
+    """A filter that is on (``True``), inverted (``False``) or off (``None``)."""
+    return None if value is None else check_flag(value, name)
+
+
+def check_fingerprints(value: Any) -> frozenset[str] | None:
+    """``fingerprint_not_in``: a bounded collection of agent fingerprints (text)."""
+    if value is None:
+        return None
+    if isinstance(value, str | bytes) or not isinstance(value, Collection):
+        raise InvalidInputError(
+            "fingerprint_not_in must be a collection of strings",
+            context={"field": "fingerprint_not_in"},
+        )
+    if len(value) > MAX_FINGERPRINTS:
+        raise InvalidInputError(
+            f"fingerprint_not_in takes at most {MAX_FINGERPRINTS} fingerprints",
+            context={"field": "fingerprint_not_in", "maximum": MAX_FINGERPRINTS},
+        )
+    for item in value:
+        if not isinstance(item, str) or len(item) > 4096:
+            raise InvalidInputError(
+                "fingerprint_not_in must hold strings of at most 4096 characters",
+                context={"field": "fingerprint_not_in"},
+            )
+    return frozenset(value)
 
 
 def check_text(value: Any, name: str, *, maximum: int) -> str:

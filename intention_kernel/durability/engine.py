@@ -15,7 +15,7 @@ import asyncio
 import contextvars
 import inspect
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -78,6 +78,7 @@ __all__ = [
     "OpenedTurn",
     "Reconciliation",
     "StoredTurn",
+    "ThreadQuery",
     "TurnCommit",
     "TurnScopeImpl",
 ]
@@ -142,6 +143,45 @@ class TurnCommit:
     @property
     def revision(self) -> int:
         return self.result.checkpoint.revision
+
+    @property
+    def pending_interaction(self) -> str | None:
+        """Kept on the head row so listings filter on it without decoding the checkpoint."""
+        interaction = self.result.checkpoint.interaction
+        return None if interaction is None else interaction.kind
+
+    @property
+    def agent_fingerprint(self) -> str:
+        """Kept on the head row for the ``fingerprint_not_in`` filter (same reason)."""
+        return self.result.checkpoint.agent_fingerprint
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadQuery:
+    """The checked arguments of ``list_threads``; ``None`` filters nothing."""
+
+    prefix: str | None
+    after: str | None
+    limit: int
+    uncertain: bool | None = None
+    pending: bool | None = None
+    corrupt: bool | None = None
+    fingerprint_not_in: frozenset[str] | None = None
+
+    def keeps(self, summary: ThreadSummary, *, fingerprint: str | None, has_head: bool) -> bool:
+        """The filters applied to one thread, ``fingerprint`` being its head's committed one.
+
+        The reference rule: the memory store applies it as is, the SQL stores translate it.
+        """
+        if self.uncertain is not None and (summary.uncertain_receipts > 0) != self.uncertain:
+            return False
+        if self.pending is not None and (summary.pending_interaction is not None) != self.pending:
+            return False
+        if self.corrupt is not None and (summary.corrupt is not None) != self.corrupt:
+            return False
+        if self.fingerprint_not_in is not None:
+            return has_head and fingerprint not in self.fingerprint_not_in
+        return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,9 +356,9 @@ class DurabilityEngine(ABC, Generic[LeaseT]):
     # ---------------------------------------------------------------- storage hooks: operators
 
     @abstractmethod
-    async def storage_list_threads(
-        self, prefix: str | None, after: str | None, limit: int
-    ) -> list[ThreadSummary]: ...
+    async def storage_list_threads(self, query: ThreadQuery) -> list[ThreadSummary]:
+        """At most ``query.limit`` threads after ``query.after`` in id order, kept by
+        ``ThreadQuery.keeps``."""
 
     @abstractmethod
     async def storage_status(self) -> StoreStatus: ...
@@ -590,16 +630,33 @@ class DurabilityEngine(ABC, Generic[LeaseT]):
     # ---------------------------------------------------------------- operator queries
 
     async def list_threads(
-        self, *, prefix: str | None = None, after: str | None = None, limit: int = 100
+        self,
+        *,
+        prefix: str | None = None,
+        after: str | None = None,
+        limit: int = 100,
+        uncertain: bool | None = None,
+        pending: bool | None = None,
+        corrupt: bool | None = None,
+        fingerprint_not_in: Collection[str] | None = None,
     ) -> list[ThreadSummary]:
-        """Threads in id order (those with commits or receipts), after the cursor ``after``."""
+        """Threads in id order (those with commits or receipts), after the cursor ``after``,
+        filtered as ``StoreInspector.list_threads`` says (filters combine with AND)."""
         if prefix is not None and not isinstance(prefix, str):
             raise InvalidInputError("prefix must be text", context={"field": "prefix"})
         if after is not None and not isinstance(after, str):
             raise InvalidInputError("after must be text", context={"field": "after"})
-        limit = check.check_limit(limit)
+        query = ThreadQuery(
+            prefix=prefix or None,
+            after=after or None,
+            limit=check.check_limit(limit),
+            uncertain=check.check_optional_flag(uncertain, "uncertain"),
+            pending=check.check_optional_flag(pending, "pending"),
+            corrupt=check.check_optional_flag(corrupt, "corrupt"),
+            fingerprint_not_in=check.check_fingerprints(fingerprint_not_in),
+        )
         self._check_open()
-        return await self.storage_list_threads(prefix or None, after or None, limit)
+        return await self.storage_list_threads(query)
 
     async def store_status(self) -> StoreStatus:
         """Schema version and counts of threads, turns, open receipts and events."""

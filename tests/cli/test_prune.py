@@ -91,7 +91,7 @@ def _snapshot(path: Path) -> dict[str, list[tuple[object, ...]]]:
             [PRUNED_TURN],
         ),
         "tombstones": sql(path, "SELECT thread_id, turn_id FROM ik_turns ORDER BY 1, 2"),
-        "heads": sql(path, "SELECT * FROM ik_heads ORDER BY 1"),
+        "heads": sql(path, "SELECT thread_id, revision, turn_id FROM ik_heads ORDER BY 1"),
         "receipts": sql(path, "SELECT * FROM ik_receipts ORDER BY 1, 2"),
         "outbox": sql(path, "SELECT position, delivered_at, dead FROM ik_outbox ORDER BY 1"),
     }

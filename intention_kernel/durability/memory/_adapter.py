@@ -68,6 +68,9 @@ class MemoryStore:
     reconciliations: list[str] = field(default_factory=list)
     locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     committed_at: dict[tuple[str, str], datetime] = field(default_factory=dict)
+    head_facts: dict[str, tuple[str, str | None]] = field(default_factory=dict)
+    """Per head: its agent fingerprint and pending interaction kind, as committed (what the
+    SQL stores keep on the head row for the listing filters)."""
 
 
 class MemoryDurability(MemoryOutboxSource, MemoryInspection, DurabilityEngine[Lease]):
@@ -184,6 +187,7 @@ class MemoryDurability(MemoryOutboxSource, MemoryInspection, DurabilityEngine[Le
         )
         self.store.committed_at[(thread_id, turn_id)] = self._now()
         self.store.heads[thread_id] = (revision, turn_id)
+        self.store.head_facts[thread_id] = (commit.agent_fingerprint, commit.pending_interaction)
         for event, text in zip(commit.events, commit.events_json, strict=True):
             self.store.outbox.append(text)
             self.store.deliveries[len(self.store.outbox)] = Delivery(

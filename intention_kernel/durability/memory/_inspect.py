@@ -16,6 +16,7 @@ from ...contracts.receipts import EffectReceipt, ReceiptStatus
 from ...contracts.turns import DurableTurnResult
 from .._documents import PRUNED_TURN, decode_model, is_pruned, unreadable, unreadable_receipt
 from .._ledger import needs_operator
+from ..engine import ThreadQuery
 
 if TYPE_CHECKING:
     from ._adapter import MemoryStore
@@ -66,38 +67,41 @@ class MemoryInspection:
     def _thread_ids(self) -> set[str]:
         return set(self.store.heads) | {thread for thread, _ in self.store.receipts}
 
-    async def storage_list_threads(
-        self, prefix: str | None, after: str | None, limit: int
-    ) -> list[ThreadSummary]:
+    async def storage_list_threads(self, query: ThreadQuery) -> list[ThreadSummary]:
+        prefix, after = query.prefix, query.after
         ids = sorted(
             t
             for t in self._thread_ids()
             if t > (after or "") and (not prefix or t.startswith(prefix))
-        )[:limit]
+        )
         receipts = self._receipts()
-        rows = []
+        rows: list[ThreadSummary] = []
         for thread_id in ids:
+            if len(rows) == query.limit:
+                break
             head = self.store.heads.get(thread_id)
             fingerprint, corrupt = self._head_fingerprint(thread_id)
+            committed, pending = self.store.head_facts.get(thread_id, (None, None))
             commits = [at for (t, _), at in self.store.committed_at.items() if t == thread_id]
-            rows.append(
-                ThreadSummary(
-                    thread_id=thread_id,
-                    revision=0 if head is None else head[0],
-                    head_turn_id=None if head is None else head[1],
-                    fingerprint=fingerprint,
-                    turns=sum(
-                        1
-                        for (t, _), row in self.store.turns.items()
-                        if t == thread_id and not is_pruned(row.result_json)
-                    ),
-                    last_commit_at=max(commits, default=None),
-                    uncertain_receipts=sum(
-                        1 for r in receipts if r.thread_id == thread_id and self._awaits_operator(r)
-                    ),
-                    corrupt=corrupt,
-                )
+            summary = ThreadSummary(
+                thread_id=thread_id,
+                revision=0 if head is None else head[0],
+                head_turn_id=None if head is None else head[1],
+                fingerprint=fingerprint,
+                turns=sum(
+                    1
+                    for (t, _), row in self.store.turns.items()
+                    if t == thread_id and not is_pruned(row.result_json)
+                ),
+                last_commit_at=max(commits, default=None),
+                uncertain_receipts=sum(
+                    1 for r in receipts if r.thread_id == thread_id and self._awaits_operator(r)
+                ),
+                corrupt=corrupt,
+                pending_interaction=pending,
             )
+            if query.keeps(summary, fingerprint=committed, has_head=head is not None):
+                rows.append(summary)
         return rows
 
     async def storage_status(self) -> StoreStatus:

@@ -591,6 +591,8 @@ class PostgresDurability(
                     commit.result_json,
                     [e.sequence for e in commit.events],
                     commit.events_json,
+                    commit.agent_fingerprint,
+                    commit.pending_interaction,
                 )
         except DurabilityError as exc:
             cause = exc.__cause__

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...contracts.inspect import LeaseInfo, PruneReport, SchemaInfo, StoreStatus, ThreadSummary
 from .._documents import PRUNED_TURN, head_problem
+from ..engine import ThreadQuery
 from ._errors import translated
 from ._schema import MIGRATIONS
 
@@ -38,6 +39,83 @@ def awaits_operator(s: str, alias: str = "r") -> str:
     return (
         f"({alias}.status = 'uncertain' OR ({alias}.status = 'prepared'"
         f" AND {lease_free(s, alias)}))"
+    )
+
+
+def _corrupt(s: str) -> str:
+    """SQL, on a head row ``h`` (``NULL`` for a thread without one): its document cannot be
+    read back (``head_problem``). Decodes the document: a scalar subquery, so it runs per head
+    in id order until the page is full, never as a join over every turn."""
+    return (
+        f"(h.thread_id IS NOT NULL AND (SELECT {s}.json_or_null(t.result)"
+        " #>> '{checkpoint,agent_fingerprint}' FROM "
+        f"{s}.turns t WHERE t.thread_id = h.thread_id AND t.turn_id = h.turn_id) IS NULL)"
+    )
+
+
+def _head_filters(s: str, query: ThreadQuery) -> str:
+    """SQL conditions on a head row ``h`` (``NULL`` columns for a thread without one);
+    ``$4`` is the ``fingerprint_not_in`` array."""
+    clauses = []
+    if query.pending is not None:
+        clauses.append(f"h.pending_interaction IS {'NOT ' if query.pending else ''}NULL")
+    if query.corrupt is not None:
+        clauses.append(f"{'' if query.corrupt else 'NOT '}{_corrupt(s)}")
+    if query.fingerprint_not_in is not None:
+        clauses.append(
+            "h.thread_id IS NOT NULL"
+            " AND (h.agent_fingerprint IS NULL OR h.agent_fingerprint <> ALL($4::text[]))"
+        )
+    return "".join(f" AND {c}" for c in clauses)
+
+
+def _arguments(query: ThreadQuery) -> list[Any]:
+    args: list[Any] = [query.after or "", query.prefix, query.limit]
+    if query.fingerprint_not_in is not None:
+        args.append(sorted(query.fingerprint_not_in))
+    return args
+
+
+def _chosen(s: str, query: ThreadQuery) -> str:
+    """SQL: the page's thread ids in id order. ``$1`` after, ``$2`` prefix, ``$3`` limit.
+
+    Each part walks an index in id order and stops at the page size: the heads' primary key
+    (or the partial index of pending interactions), the receipts' primary key for threads
+    with receipts and no head yet, or the partial index of open receipts for ``uncertain``.
+    """
+    ids = "{0}.thread_id > $1 AND ($2::text IS NULL OR starts_with({0}.thread_id, $2))"
+    heads = _head_filters(s, query)
+    open_receipts = (
+        f"EXISTS (SELECT 1 FROM {s}.receipts u WHERE u.thread_id = {{0}}.thread_id"
+        f" AND {awaits_operator(s, 'u')})"
+    )
+    if query.uncertain:
+        return (
+            f"SELECT o.thread_id FROM (SELECT DISTINCT r.thread_id FROM {s}.receipts r"
+            f" WHERE r.status IN ('uncertain', 'prepared') AND {ids.format('r')}"
+            f" AND {awaits_operator(s)}) o"
+            f" LEFT JOIN {s}.heads h ON h.thread_id = o.thread_id WHERE true{heads}"
+            " ORDER BY o.thread_id LIMIT $3"
+        )
+    uncertain = "" if query.uncertain is None else f" AND NOT {open_receipts}"
+    heads_page = (
+        f"SELECT h.thread_id FROM {s}.heads h WHERE {ids.format('h')}"
+        f"{uncertain.format('h')}{heads} ORDER BY h.thread_id LIMIT $3"
+    )
+    if query.pending or query.corrupt or query.fingerprint_not_in is not None:
+        return heads_page
+    # Threads with receipts and no head yet (a turn that ran effects, then failed), looked for
+    # only up to the last id of a full heads page: the walk over receipts stays that short.
+    # The head lookup is a scalar subquery so it stays an index probe per receipt.
+    return (
+        f"WITH page AS ({heads_page}),"
+        " upto AS (SELECT CASE WHEN count(*) = $3 THEN max(thread_id) END AS id FROM page)"
+        " SELECT thread_id FROM (SELECT thread_id FROM page UNION ALL"
+        f" (SELECT DISTINCT r.thread_id FROM {s}.receipts r, upto"
+        f" WHERE {ids.format('r')}{uncertain.format('r')}"
+        " AND (upto.id IS NULL OR r.thread_id <= upto.id)"
+        f" AND (SELECT h.thread_id FROM {s}.heads h WHERE h.thread_id = r.thread_id) IS NULL"
+        " ORDER BY r.thread_id LIMIT $3)) ids ORDER BY thread_id LIMIT $3"
     )
 
 
@@ -78,21 +156,13 @@ class PostgresInspection:
         )
         return int(found) == 2
 
-    async def storage_list_threads(
-        self, prefix: str | None, after: str | None, limit: int
-    ) -> list[ThreadSummary]:
+    async def storage_list_threads(self, query: ThreadQuery) -> list[ThreadSummary]:
         s = self._s
         with translated():
             rows = await self._pool.fetch(
                 f"""
-                WITH ids AS (
-                    SELECT thread_id FROM {s}.heads UNION SELECT thread_id FROM {s}.receipts
-                ), chosen AS (
-                    SELECT thread_id FROM ids WHERE thread_id > $1
-                      AND ($2::text IS NULL OR starts_with(thread_id, $2))
-                    ORDER BY thread_id LIMIT $3
-                )
-                SELECT c.thread_id, h.revision, h.turn_id,
+                WITH chosen AS ({_chosen(s, query)})
+                SELECT c.thread_id, h.revision, h.turn_id, h.pending_interaction,
                        head.doc #>> '{{checkpoint,agent_fingerprint}}' AS fingerprint,
                        head.found, head.doc IS NOT NULL AS valid,
                        (SELECT count(*) FROM {s}.turns t WHERE t.thread_id = c.thread_id
@@ -110,9 +180,7 @@ class PostgresInspection:
                   ) head ON true
                  ORDER BY c.thread_id
                 """,
-                after or "",
-                prefix,
-                limit,
+                *_arguments(query),
             )
         return [
             ThreadSummary(
@@ -123,6 +191,7 @@ class PostgresInspection:
                 turns=int(r["turns"]),
                 last_commit_at=r["last_commit_at"],
                 uncertain_receipts=int(r["uncertain"]),
+                pending_interaction=r["pending_interaction"],
                 corrupt=None
                 if r["turn_id"] is None
                 else head_problem(

@@ -116,6 +116,32 @@ MIGRATIONS: tuple[str, ...] = (
     """
     DROP INDEX IF EXISTS {s}.outbox_by_thread;
     """,
+    # 5: what the thread listing filters on, kept on the head row by the commit statement so a
+    # page never decodes heads it does not return: the head's agent fingerprint and the kind of
+    # its pending interaction. Existing heads are filled from their documents (one that cannot
+    # be read gets neither: it is listed as corrupt). Partial indexes find the few threads with
+    # a pending interaction or an open receipt without scanning the others. The parsers of
+    # migration 3 catch errors, which opens a subtransaction: not allowed in a parallel worker,
+    # so a large scan planned in parallel failed; they run in the leader now.
+    """
+    ALTER TABLE {s}.heads
+        ADD COLUMN agent_fingerprint   text,
+        ADD COLUMN pending_interaction text;
+    UPDATE {s}.heads h
+       SET agent_fingerprint = d.doc #>> '{{checkpoint,agent_fingerprint}}',
+           pending_interaction = CASE WHEN d.doc #>> '{{checkpoint,agent_fingerprint}}'
+                                         IS NOT NULL
+                                      THEN d.doc #>> '{{checkpoint,interaction,kind}}' END
+      FROM (SELECT t.thread_id, t.turn_id, {s}.json_or_null(t.result) AS doc
+              FROM {s}.turns t JOIN {s}.heads x
+                ON x.thread_id = t.thread_id AND x.turn_id = t.turn_id) d
+     WHERE d.thread_id = h.thread_id AND d.turn_id = h.turn_id;
+    CREATE INDEX heads_pending ON {s}.heads (thread_id) WHERE pending_interaction IS NOT NULL;
+    CREATE INDEX receipts_open ON {s}.receipts (thread_id)
+        WHERE status IN ('uncertain', 'prepared');
+    ALTER FUNCTION {s}.json_or_null(text) PARALLEL RESTRICTED;
+    ALTER FUNCTION {s}.timestamptz_or_null(text) PARALLEL RESTRICTED;
+    """,
 )
 
 

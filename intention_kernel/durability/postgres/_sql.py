@@ -141,15 +141,19 @@ written AS (
 )
 SELECT (SELECT count(*) FROM fence) AS fenced, (SELECT count(*) FROM written) AS written""",
             # $4 turn, $5 new revision, $6 loaded revision, $7 fingerprint, $8 result,
-            # $9 sequences, $10 events. Turn row, head CAS, outbox and the lease's release (only
-            # when the head moved): one statement, one commit.
+            # $9 sequences, $10 events, $11 agent fingerprint, $12 pending interaction kind.
+            # Turn row, head CAS, outbox and the lease's release (only when the head moved):
+            # one statement, one commit.
             commit=f"""
 WITH fence AS ({commit_fence}),
 head AS (
-    INSERT INTO {s}.heads AS h (thread_id, revision, turn_id)
-    SELECT $1, $5, $4 FROM fence WHERE {_SYNC_ON}
+    INSERT INTO {s}.heads AS h
+        (thread_id, revision, turn_id, agent_fingerprint, pending_interaction)
+    SELECT $1, $5, $4, $11, $12 FROM fence WHERE {_SYNC_ON}
     ON CONFLICT (thread_id) DO UPDATE
-        SET revision = excluded.revision, turn_id = excluded.turn_id
+        SET revision = excluded.revision, turn_id = excluded.turn_id,
+            agent_fingerprint = excluded.agent_fingerprint,
+            pending_interaction = excluded.pending_interaction
         WHERE h.revision = $6
     RETURNING 1
 ), turn AS (

@@ -386,10 +386,13 @@ class SQLiteDurability(SQLiteOutboxSource, SQLiteInspection, DurabilityEngine[_L
                 ),
             )
             changed = conn.execute(
-                "INSERT INTO ik_heads (thread_id, revision, turn_id) VALUES (?, ?, ?)"
+                "INSERT INTO ik_heads (thread_id, revision, turn_id, agent_fingerprint,"
+                " pending_interaction) VALUES (?, ?, ?, ?, ?)"
                 " ON CONFLICT (thread_id) DO UPDATE SET revision = excluded.revision,"
-                " turn_id = excluded.turn_id WHERE ik_heads.revision = ?",
-                (thread_id, revision, turn_id, loaded_revision),
+                " turn_id = excluded.turn_id, agent_fingerprint = excluded.agent_fingerprint,"
+                " pending_interaction = excluded.pending_interaction"
+                " WHERE ik_heads.revision = ?",
+                (thread_id, revision, turn_id, agent_fingerprint, pending, loaded_revision),
             ).rowcount
             if changed != 1:  # unreachable while the check above holds; the CAS is the guard
                 _turns.check_revision(loaded_revision, -1, thread_id=thread_id)
@@ -406,6 +409,7 @@ class SQLiteDurability(SQLiteOutboxSource, SQLiteInspection, DurabilityEngine[_L
             own.remember(thread_id, result_bytes)
 
         own, result_bytes = self._own, commit.result_json.encode("utf-8")
+        agent_fingerprint, pending = commit.agent_fingerprint, commit.pending_interaction
         await self._fenced_write(lease, write)
 
     async def storage_reconcile(

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...contracts.inspect import LeaseInfo, PruneReport, SchemaInfo, StoreStatus, ThreadSummary
 from .._documents import PRUNED_TURN, head_problem
+from ..engine import ThreadQuery
 from ._errors import translate_errors
 from ._location import parse_location
 from ._schema import SCHEMA_VERSION, stored_version
@@ -165,27 +166,29 @@ class SQLiteInspection:
         _db: Connection
         _locks: LockFiles
 
-    async def storage_list_threads(
-        self, prefix: str | None, after: str | None, limit: int
-    ) -> list[ThreadSummary]:
+    async def storage_list_threads(self, query: ThreadQuery) -> list[ThreadSummary]:
         held = lease_probe(self._locks)
 
         def read(conn: sqlite3.Connection) -> list[ThreadSummary]:
-            clauses, args = ["thread_id > ?"], [after or ""]
-            if prefix:
-                clauses.append("substr(thread_id, 1, ?) = ?")
-                args += [str(len(prefix)), prefix]
-            where = " AND ".join(clauses)
-            ids = [
-                row[0]
-                for row in conn.execute(
-                    f"SELECT thread_id FROM (SELECT thread_id FROM ik_heads UNION"
-                    f" SELECT thread_id FROM ik_receipts) WHERE {where}"
-                    " ORDER BY thread_id LIMIT ?",
-                    (*args, limit),
-                )
-            ]
-            return [_summary(conn, thread_id, held) for thread_id in ids]
+            rows: list[ThreadSummary] = []
+            after = query.after or ""
+            # The SQL keeps a superset (whether a prepared receipt is interrupted depends on
+            # the lock files); ``keeps`` decides on each summary. Candidates come in id order,
+            # a page's worth at a time, until the page is full.
+            while len(rows) < query.limit:
+                sql, args = _candidates(query, after)
+                found = conn.execute(sql, args).fetchall()
+                for thread_id, committed in found:
+                    summary = _summary(conn, thread_id, held)
+                    has_head = summary.head_turn_id is not None
+                    if query.keeps(summary, fingerprint=committed, has_head=has_head):
+                        rows.append(summary)
+                        if len(rows) == query.limit:
+                            break
+                if len(found) < query.limit:
+                    break
+                after = found[-1][0]
+            return rows
 
         return await self._db.read(read)
 
@@ -296,6 +299,94 @@ _FINGERPRINT_TYPE = (
 )
 
 
+_OPEN = "('uncertain', 'prepared')"
+_CORRUPT = (
+    "CASE WHEN h.thread_id IS NULL THEN 0 ELSE (SELECT CASE WHEN t.result IS NULL"
+    " OR NOT json_valid(t.result) THEN 1"
+    " ELSE json_type(t.result, '$.checkpoint.agent_fingerprint') IS NOT 'text' END"
+    " FROM (SELECT 1) LEFT JOIN ik_turns AS t"
+    " ON t.thread_id = h.thread_id AND t.turn_id = h.turn_id) END"
+)
+"""SQL, on a head row ``h``: its document cannot be read back (``head_problem``)."""
+
+
+def _head_clauses(query: ThreadQuery, args: list[Any]) -> list[str]:
+    """SQL conditions on a head row ``h`` (``NULL`` columns for a thread without one)."""
+    clauses = []
+    if query.pending is not None:
+        clauses.append(f"h.pending_interaction IS {'NOT ' if query.pending else ''}NULL")
+    if query.corrupt is not None:
+        clauses.append(f"({_CORRUPT}) = {int(query.corrupt)}")
+    if query.fingerprint_not_in is not None:
+        marks = ", ".join("?" for _ in query.fingerprint_not_in)
+        clauses.append(
+            "h.thread_id IS NOT NULL AND (h.agent_fingerprint IS NULL"
+            f" OR h.agent_fingerprint NOT IN ({marks}))"
+        )
+        args.extend(sorted(query.fingerprint_not_in))
+    return clauses
+
+
+def _candidates(query: ThreadQuery, after: str) -> tuple[str, list[Any]]:
+    """One page of candidate ``(thread_id, committed agent fingerprint)`` in id order."""
+    start = max(after, query.prefix or "")
+    if query.uncertain:
+        # Few threads have open receipts: start from them (partial index).
+        args: list[Any] = [start, after]
+        clauses = ["r.status IN " + _OPEN, "r.thread_id >= ?", "r.thread_id > ?"]
+        if query.prefix:
+            clauses.append("substr(r.thread_id, 1, ?) = ?")
+            args += [len(query.prefix), query.prefix]
+        clauses += _head_clauses(query, args)
+        sql = (
+            "SELECT DISTINCT r.thread_id, h.agent_fingerprint FROM ik_receipts AS r"
+            " INDEXED BY ik_receipts_open"
+            " LEFT JOIN ik_heads AS h ON h.thread_id = r.thread_id"
+            f" WHERE {' AND '.join(clauses)} ORDER BY r.thread_id LIMIT ?"
+        )
+        return sql, [*args, query.limit]
+    args = [start, after]
+    clauses = ["h.thread_id >= ?", "h.thread_id > ?"]
+    if query.prefix:
+        clauses.append("substr(h.thread_id, 1, ?) = ?")
+        args += [len(query.prefix), query.prefix]
+    if query.uncertain is False:
+        clauses.append(
+            "NOT EXISTS (SELECT 1 FROM ik_receipts AS o WHERE o.thread_id = h.thread_id"
+            " AND o.status = 'uncertain')"
+        )
+    clauses += _head_clauses(query, args)
+    sql = (
+        f"SELECT h.thread_id, h.agent_fingerprint FROM ik_heads AS h WHERE {' AND '.join(clauses)}"
+    )
+    head_only = query.pending or query.corrupt or query.fingerprint_not_in is not None
+    if not head_only:
+        # Threads with receipts and no head yet (a turn that ran effects, then failed).
+        args += [start, after]
+        receipt = [
+            "r.thread_id >= ?",
+            "r.thread_id > ?",
+            "NOT EXISTS (SELECT 1 FROM ik_heads AS h WHERE h.thread_id = r.thread_id)",
+            # One row per thread, found in primary key order (no sort, so the merge with the
+            # heads stops at the page size).
+            "r.idempotency_key = (SELECT min(k.idempotency_key) FROM ik_receipts AS k"
+            " WHERE k.thread_id = r.thread_id)",
+        ]
+        if query.prefix:
+            receipt.append("substr(r.thread_id, 1, ?) = ?")
+            args += [len(query.prefix), query.prefix]
+        if query.uncertain is False:
+            receipt.append(
+                "NOT EXISTS (SELECT 1 FROM ik_receipts AS o WHERE o.thread_id = r.thread_id"
+                " AND o.status = 'uncertain')"
+            )
+        sql += (
+            " UNION ALL SELECT r.thread_id, NULL FROM ik_receipts AS r"
+            f" WHERE {' AND '.join(receipt)}"
+        )
+    return sql + " ORDER BY 1 LIMIT ?", [*args, query.limit]
+
+
 def _summary(
     conn: sqlite3.Connection, thread_id: str, held: Callable[[str], bool]
 ) -> ThreadSummary:
@@ -304,7 +395,7 @@ def _summary(
     head = conn.execute(
         f"SELECT h.revision, h.turn_id, CASE WHEN {_FINGERPRINT_TYPE} = 'text'"
         " THEN json_extract(t.result, '$.checkpoint.agent_fingerprint') END,"
-        f" t.result IS NULL, coalesce({_VALID}, 0) FROM ik_heads AS h"
+        f" t.result IS NULL, coalesce({_VALID}, 0), h.pending_interaction FROM ik_heads AS h"
         " LEFT JOIN ik_turns AS t ON t.thread_id = h.thread_id AND t.turn_id = h.turn_id"
         " WHERE h.thread_id = ?",
         (thread_id,),
@@ -328,4 +419,5 @@ def _summary(
         corrupt=None
         if head is None
         else head_problem(missing=bool(head[3]), valid=bool(head[4]), fingerprint=head[2]),
+        pending_interaction=None if head is None else head[5],
     )

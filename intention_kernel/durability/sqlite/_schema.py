@@ -91,6 +91,31 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE INDEX ik_outbox_delivered ON ik_outbox (delivered_us)"
         " WHERE delivered_us IS NOT NULL",
     ),
+    # 3: what the thread listing filters on, kept on the head row by every commit so a page
+    # never decodes heads it does not return: the head's agent fingerprint and the kind of its
+    # pending interaction. Existing heads are filled from their documents (one that cannot be
+    # read gets neither: it is listed as corrupt). Partial indexes find the few threads with a
+    # pending interaction or an open receipt without scanning the others.
+    (
+        "ALTER TABLE ik_heads ADD COLUMN agent_fingerprint TEXT",
+        "ALTER TABLE ik_heads ADD COLUMN pending_interaction TEXT",
+        """UPDATE ik_heads SET
+            agent_fingerprint = (
+                SELECT json_extract(t.result, '$.checkpoint.agent_fingerprint') FROM ik_turns AS t
+                 WHERE t.thread_id = ik_heads.thread_id AND t.turn_id = ik_heads.turn_id
+                   AND json_valid(t.result)
+                   AND json_type(t.result, '$.checkpoint.agent_fingerprint') = 'text'),
+            pending_interaction = (
+                SELECT json_extract(t.result, '$.checkpoint.interaction.kind') FROM ik_turns AS t
+                 WHERE t.thread_id = ik_heads.thread_id AND t.turn_id = ik_heads.turn_id
+                   AND json_valid(t.result)
+                   AND json_type(t.result, '$.checkpoint.agent_fingerprint') = 'text'
+                   AND json_type(t.result, '$.checkpoint.interaction.kind') = 'text')""",
+        "CREATE INDEX ik_heads_pending ON ik_heads (thread_id)"
+        " WHERE pending_interaction IS NOT NULL",
+        "CREATE INDEX ik_receipts_open ON ik_receipts (thread_id)"
+        " WHERE status IN ('uncertain', 'prepared')",
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -45,6 +45,7 @@ from .rule5_commit import Rule5Commit
 from .rule6_failed_operation import Rule6FailedOperation
 from .rule7_restart import Rule7Restart
 from .stateful import Stateful
+from .thread_filters import ThreadFilters
 
 __all__ = [
     "ConformanceHarness",
@@ -73,5 +74,6 @@ class DurabilityConformance(
     PoisonData,
     PublicFace,
     Stateful,
+    ThreadFilters,
 ):
     """Every conformance test. Subclass it (with a ``Test`` prefix) and define ``harness``."""
