@@ -153,7 +153,38 @@ RULES = [
         "the HTTP service runs agents through the kernel and reads through the contracts: it"
         " opens no store and knows no adapter, the command line or the relay",
         ("intention_kernel/http",),
-        within("contracts", "kernel", "http", "__version__"),
+        within("contracts", "kernel", "http", "operations", "__version__"),
+    ),
+    Rule(
+        "operator logic (diagnosis, the deploy check) reads through the contracts and the"
+        " kernel's compatibility rules; of durability it uses only the factory's redaction",
+        ("intention_kernel/operations",),
+        within("contracts", "kernel", "operations", "durability.factory"),
+    ),
+    Rule(
+        "operator logic serves the command line and the web inspector, never the reverse",
+        ("intention_kernel/operations",),
+        lambda m: m.startswith(("intention_kernel.cli", "intention_kernel.http")),
+    ),
+    Rule(
+        "the kernel, the contracts and durability sit below operator logic",
+        (
+            "intention_kernel/kernel",
+            "intention_kernel/contracts",
+            "intention_kernel/durability",
+        ),
+        lambda m: (
+            m == "intention_kernel.operations" or m.startswith("intention_kernel.operations.")
+        ),
+    ),
+    Rule(
+        "only intention_kernel/http imports jinja2 (the http extra)",
+        tuple(
+            str(path.relative_to(ROOT))
+            for path in sorted((ROOT / "intention_kernel").rglob("*.py"))
+            if "http" not in path.relative_to(ROOT / "intention_kernel").parts[:1]
+        ),
+        driver("jinja2"),
     ),
     Rule(
         "the kernel, the contracts, durability and telemetry never import the HTTP service",

@@ -2,19 +2,18 @@
 
 Why scan every thread: a new agent definition refuses checkpoints it was not declared
 compatible with, so a deploy that strands live threads should fail in CI, not at the next turn.
-Migrations run in memory only; nothing is written.
+Migrations run in memory only; nothing is written. The scan lives in
+``operations.compat_report``, shared with the web inspector.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Annotated, Any
 
 import typer
 from rich.progress import Progress
 
-from ..contracts.errors import CheckpointCorruptError, CheckpointIncompatibleError
-from ..kernel.compat import admit_checkpoint
+from ..operations.compat_report import compat_report
 from ._agent import load_compatibility
 from ._common import ExitCode, JsonOpt, StoreOpt, emit, err, inspector, open_store, out, run
 
@@ -38,52 +37,15 @@ def check_compat(
 
     async def body() -> dict[str, Any]:
         compat = load_compatibility(agent, compatible_with or ())
-        schemas: Counter[int] = Counter()
-        fingerprints: Counter[str] = Counter()
-        refused: list[dict[str, Any]] = []
-        scanned = 0
         async with open_store(store) as opened:
             inspect = inspector(opened)
             total = (await inspect.store_status()).threads
             with Progress(console=err, transient=True, disable=as_json) as progress:
                 task = progress.add_task("checking checkpoints", total=total)
-                after: str | None = None
-                while True:
-                    page = await inspect.list_threads(after=after, limit=500)
-                    for summary in page:
-                        progress.advance(task)
-                        try:
-                            checkpoint = await opened.load_checkpoint(summary.thread_id)
-                        except CheckpointCorruptError as exc:
-                            refused.append({"thread_id": summary.thread_id, "reason": exc.message})
-                            continue
-                        if checkpoint is None:
-                            continue
-                        scanned += 1
-                        schemas[checkpoint.schema_version] += 1
-                        fingerprints[checkpoint.agent_fingerprint] += 1
-                        try:
-                            admit_checkpoint(checkpoint, compat)
-                        except CheckpointIncompatibleError as exc:
-                            refused.append(
-                                {
-                                    "thread_id": summary.thread_id,
-                                    "fingerprint": checkpoint.agent_fingerprint,
-                                    "schema_version": checkpoint.schema_version,
-                                    "reason": exc.message,
-                                }
-                            )
-                    if len(page) < 500:
-                        break
-                    after = page[-1].thread_id
-        return {
-            "agent_fingerprint": compat.fingerprint,
-            "checkpoints": scanned,
-            "schema_versions": {str(k): v for k, v in sorted(schemas.items())},
-            "fingerprints": dict(sorted(fingerprints.items())),
-            "refused": refused,
-            "ok": not refused,
-        }
+                report = await compat_report(
+                    opened, inspect, compat, advance=lambda: progress.advance(task)
+                )
+        return report.as_dict()
 
     data = run(as_json, body)
 

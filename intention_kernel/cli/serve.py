@@ -2,8 +2,9 @@
 
 Why ``serve`` refuses to start without tokens: an agent that books and charges must not be
 reachable by anyone who finds the port; ``--allow-anonymous`` says so explicitly (a trial on
-loopback). The tokens file holds only digests (``principal sha256:<hex>``), made by
-``hash-token``, so it hands out no secret.
+loopback). The tokens file holds only digests (``principal sha256:<hex> [role,role]``), made
+by ``hash-token``, so it hands out no secret. ``--inspector`` adds the operators' web pages,
+where a principal logs in with the same token (roles ``viewer`` and ``operator``).
 """
 
 from __future__ import annotations
@@ -64,6 +65,23 @@ def serve(
     pool_size: Annotated[
         int, typer.Option("--pool-size", min=1, max=200, help="PostgreSQL connections.")
     ] = 10,
+    inspector: Annotated[
+        bool,
+        typer.Option(
+            "--inspector",
+            help="Also serve the operators' web inspector at /inspect (docs/inspector.md).",
+        ),
+    ] = False,
+    session_secret_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--session-secret-file",
+            envvar="IK_SESSION_SECRET_FILE",
+            help="File holding the secret (32 bytes or more) that signs inspector sessions;"
+            " without it, one is made per process (env IK_SESSION_SECRET_FILE).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Serve the agent over HTTP until SIGTERM or SIGINT (docs/http.md).
 
@@ -85,6 +103,22 @@ def serve(
                 context={"setting": "--tokens"},
             )
         authenticate = None if tokens is None else BearerTokens.from_file(tokens)
+        if inspector and authenticate is None:
+            raise CliError(
+                "UNAUTHENTICATED_SERVICE",
+                "the inspector needs --tokens: operators log in with their token",
+                context={"setting": "--inspector"},
+            )
+        secret: bytes | None = None
+        if session_secret_file is not None:
+            try:
+                secret = session_secret_file.read_bytes().strip()
+            except OSError as exc:
+                raise CliError(
+                    "INVALID_SECRET",
+                    f"cannot read the session secret file: {type(exc).__name__}",
+                    context={"setting": "--session-secret-file"},
+                ) from None
         async with open_store(store, pool_size=pool_size) as opened:
             served = await load_served_agent(agent, opened)
             app = create_app(
@@ -94,6 +128,8 @@ def serve(
                 allow_anonymous=authenticate is None,
                 turn_timeout=turn_timeout,
                 shutdown_grace=shutdown_grace,
+                inspector=inspector,
+                session_secret=secret,
             )
             server = Server(server_config(app, host=host, port=port))
             await server.serve()
@@ -104,7 +140,8 @@ def serve(
 def hash_token_command(
     principal: Annotated[str, typer.Argument(help="Who the token belongs to.")],
 ) -> None:
-    """Read a token on stdin and print its tokens-file line: 'principal sha256:<hex>'."""
+    """Read a token on stdin and print its tokens-file line: 'principal sha256:<hex>'
+    (append ' operator' or ' viewer' for the inspector's roles)."""
     if sys.stdin.isatty():
         token = typer.prompt("token", hide_input=True)
     else:

@@ -21,11 +21,12 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Mount, Route
 
 from ..contracts.durability import DurabilityStore
 from ..contracts.errors import ConfigurationError, ErrorCode
 from ..contracts.ids import validate_thread_id, validate_turn_id
+from ..contracts.receipts import EffectReceipt
 from ..kernel.response import TurnResult
 from ..kernel.runtime import CompiledAgent
 from ..kernel.streaming import StreamItem, TurnCompleted
@@ -402,6 +403,9 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     turn_timeout: float | None = DEFAULT_TURN_TIMEOUT,
     shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE,
+    inspector: bool = False,
+    session_secret: bytes | str | None = None,
+    provider_key: Callable[[EffectReceipt], str | None] | None = None,
 ) -> Starlette:
     """The HTTP service of ``agent`` (see ``docs/http.md``).
 
@@ -410,6 +414,10 @@ def create_app(
     ``allow_anonymous=True`` serves without one. ``authorize(principal, thread_id, action)``
     decides per thread (default: any authenticated principal). ``turn_timeout`` bounds a turn
     (``None``: no bound); ``shutdown_grace`` is what running turns get at shutdown.
+    ``inspector=True`` mounts the operator's web inspector at ``/inspect`` (the same
+    authentication, a login page and session cookies signed with ``session_secret``;
+    ``provider_key(receipt)`` shows the key to look a write up at the provider; see
+    ``docs/inspector.md``).
     """
     if not isinstance(agent, CompiledAgent):
         raise ConfigurationError("create_app serves a CompiledAgent", context={"setting": "agent"})
@@ -447,8 +455,31 @@ def create_app(
         yield
         await service.begin_shutdown()  # a server that did not say it stops: drain now
 
+    mounted: list[BaseRoute] = []
+    if inspector:
+        if authenticate is None:
+            raise ConfigurationError(
+                "the inspector needs authenticate=: operators log in with their token",
+                context={"setting": "inspector"},
+            )
+        from .inspector import create_inspector  # jinja2 is loaded only when it is served
+
+        mounted.append(
+            Mount(
+                "/inspect",
+                app=create_inspector(
+                    service.store,
+                    authenticate=authenticate,
+                    agent=agent,
+                    authorize=authorize,
+                    session_secret=session_secret,
+                    provider_key=provider_key,
+                ),
+            )
+        )
     app = Starlette(
         routes=[
+            *mounted,
             Route("/v1/threads/{thread_id}/turns", _guarded(post_turn), methods=["POST"]),
             Route("/v1/threads/{thread_id}/turns", _guarded(list_turns), methods=["GET"]),
             Route("/v1/threads/{thread_id}", _guarded(get_thread), methods=["GET"]),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,6 +29,20 @@ __all__ = [
 
 _DIGEST = re.compile(r"sha256:([0-9a-f]{64})")
 _PRINCIPAL = re.compile(r"[^\s\x00-\x1f\x7f]{1,256}")
+_ROLE = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
+
+
+def _roles(name: str, given: Iterable[str]) -> frozenset[str]:
+    if isinstance(given, str):
+        given = given.split(",")
+    roles = frozenset(r.strip() for r in given if r.strip())
+    bad = sorted(r for r in roles if not _ROLE.fullmatch(r))
+    if bad:
+        raise ConfigurationError(
+            f"the roles of {name} must be lower-case words (a-z, 0-9, _ . -): {bad[:3]}",
+            context={"setting": "tokens"},
+        )
+    return roles
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,16 +83,27 @@ class BearerTokens:
 
     ``BearerTokens({"alice": "sha256:<hex>"})`` takes digests as configuration holds them;
     ``BearerTokens.from_secrets({"alice": "s3cret"})`` hashes at once and keeps only digests;
-    ``BearerTokens.from_file(path)`` reads lines ``principal sha256:<hex>``.
+    ``BearerTokens.from_file(path)`` reads lines ``principal sha256:<hex> [role,role]``.
+    ``roles`` gives a principal its ``Principal.roles`` (the inspector's ``viewer`` and
+    ``operator``); a principal without roles authenticates as before.
     """
 
     __slots__ = ("_digests",)
 
-    def __init__(self, digests: Mapping[str, str]) -> None:
+    def __init__(
+        self, digests: Mapping[str, str], roles: Mapping[str, Iterable[str]] | None = None
+    ) -> None:
         entries: list[tuple[bytes, Principal]] = []
         seen: set[str] = set()
+        roles = roles or {}
+        unknown = sorted(set(roles) - set(digests))
+        if unknown:
+            raise ConfigurationError(
+                f"roles given for principals without a token: {unknown[:3]}",
+                context={"setting": "tokens"},
+            )
         for name, digest in digests.items():
-            principal = Principal(name)
+            principal = Principal(name, _roles(name, roles.get(name, ())))
             match = _DIGEST.fullmatch(digest.strip().lower()) if isinstance(digest, str) else None
             if match is None:
                 raise ConfigurationError(
@@ -97,7 +122,9 @@ class BearerTokens:
         self._digests = tuple(entries)
 
     @classmethod
-    def from_secrets(cls, secrets: Mapping[str, str]) -> BearerTokens:
+    def from_secrets(
+        cls, secrets: Mapping[str, str], roles: Mapping[str, Iterable[str]] | None = None
+    ) -> BearerTokens:
         """Tokens given in clear (tests, a secret store): hashed here, the clear text dropped."""
         short = [name for name, secret in secrets.items() if len(secret) < 8]
         if short:
@@ -105,12 +132,14 @@ class BearerTokens:
                 "a bearer token must be at least 8 characters",
                 context={"setting": "tokens", "principals": sorted(short)},
             )
-        return cls({name: hash_token(secret) for name, secret in secrets.items()})
+        return cls({name: hash_token(secret) for name, secret in secrets.items()}, roles)
 
     @classmethod
     def from_file(cls, path: str | Path) -> BearerTokens:
-        """Lines ``principal sha256:<hex>``; blank lines and ``#`` comments are skipped."""
+        """Lines ``principal sha256:<hex>`` with optional roles ``viewer`` or
+        ``operator,viewer`` after; blank lines and ``#`` comments are skipped."""
         digests: dict[str, str] = {}
+        roles: dict[str, str] = {}
         try:
             text = Path(path).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
@@ -123,20 +152,28 @@ class BearerTokens:
             if not content:
                 continue
             parts = content.split()
-            if len(parts) != 2 or parts[0] in digests:
+            if len(parts) not in (2, 3) or parts[0] in digests:
                 raise ConfigurationError(
-                    f"line {number} of the tokens file is not 'principal sha256:<hex>'"
-                    " (or names a principal twice)",
+                    f"line {number} of the tokens file is not 'principal sha256:<hex>"
+                    " [role,role]' (or names a principal twice)",
                     context={"setting": "tokens", "line": number},
                 )
             digests[parts[0]] = parts[1]
-        return cls(digests)
+            if len(parts) == 3:
+                roles[parts[0]] = parts[2]
+        return cls(digests, roles)
 
     def __call__(self, request: Request) -> Principal | None:
         header = request.headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer":
+            return None
+        return self.verify(token)
+
+    def verify(self, token: str) -> Principal | None:
+        """The principal whose token this is (a pasted token at a login page, say)."""
         token = token.strip()
-        if scheme.lower() != "bearer" or not token:
+        if not token:
             return None
         digest = hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
         found: Principal | None = None

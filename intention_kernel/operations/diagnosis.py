@@ -1,0 +1,187 @@
+"""Why a thread is blocked or waiting, each reason with its fix, in plain words.
+
+Why in plain words: a stuck thread is found by an operator under pressure; a held lease, a
+pending confirmation, an uncertain write and an incompatible checkpoint look alike from outside
+(the next turn fails or waits), and each has a different remedy. Each remedy is a command line
+that runs as printed (``store_arg`` is the ``--store`` part, or empty), with any password
+hidden.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..contracts.checkpoint import KernelCheckpoint
+from ..contracts.durability import DurabilityStore
+from ..contracts.errors import CheckpointIncompatibleError
+from ..contracts.inspect import LeaseInfo, StoreInspector
+from ..contracts.receipts import ReceiptStatus
+from ..durability.factory import redact
+from ..kernel.compat import Compatibility, admit_checkpoint
+
+__all__ = ["Diagnosis", "Finding", "diagnose_thread", "redact"]
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One reason the thread is blocked (``blocking``) or waiting, and how to resolve it."""
+
+    kind: str
+    blocking: bool
+    detail: str
+    resolve: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "blocking": self.blocking,
+            "detail": self.detail,
+            "resolve": self.resolve,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnosis:
+    thread_id: str
+    revision: int | None
+    lease: LeaseInfo
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def blocked(self) -> bool:
+        return any(f.blocking for f in self.findings)
+
+    @property
+    def waiting(self) -> bool:
+        """Blocked, or waiting on the user (the CLI's exit code 1)."""
+        return self.blocked or any(f.kind == "pending_interaction" for f in self.findings)
+
+
+def _finding(kind: str, blocking: bool, detail: str, resolve: str) -> Finding:
+    # A holder's command line or a stored text may carry a password as well.
+    return Finding(kind, blocking, redact(detail), redact(resolve))
+
+
+async def diagnose_thread(
+    store: DurabilityStore,
+    inspector: StoreInspector,
+    thread_id: str,
+    checkpoint: KernelCheckpoint | None,
+    *,
+    compat: Compatibility | None = None,
+    store_arg: str = "",
+) -> Diagnosis:
+    """The findings for ``thread_id`` whose head is ``checkpoint`` (already loaded)."""
+    q = shlex.quote
+    findings: list[Finding] = []
+    lease = await inspector.lease_info(thread_id)
+    receipts = await store.list_receipts(thread_id=thread_id, limit=1000)
+    undelivered: list[int] = []
+    dead: list[int] = []
+    after = 0
+    while True:
+        page = await store.read_outbox(thread_id=thread_id, after_position=after)
+        for stored in page:
+            if stored.dead:
+                dead.append(stored.position)
+            elif stored.delivered_at is None:
+                undelivered.append(stored.position)
+        if len(page) < 1000:
+            break
+        after = page[-1].position
+    if lease.held:
+        who = lease.holder or "another process"
+        since = f" since {lease.since.isoformat()}" if lease.since else ""
+        expires = (
+            f"expires at {lease.expires_at.isoformat()}"
+            if lease.expires_at
+            else "it has no deadline: it is released when the holder finishes or exits"
+        )
+        findings.append(
+            _finding(
+                "lease_held",
+                True,
+                f"the thread's lease is held by {who}{since} (epoch {lease.epoch}); {expires}."
+                " A turn is running now, or its process hangs.",
+                "wait for the running turn; if the holder hangs, stop that process"
+                + (f" (kill {who.split()[1]})" if who.startswith("pid ") else ""),
+            )
+        )
+    for r in receipts:
+        base = f"intention-kernel reconcile {q(thread_id)} {q(r.idempotency_key)}"
+        resolve = (
+            f"check the provider, then: {base} --completed --value JSON"
+            f" --note TEXT --actor NAME{store_arg}  (or --not-applied)"
+        )
+        if r.status is ReceiptStatus.UNCERTAIN:
+            findings.append(
+                _finding(
+                    "uncertain_receipt",
+                    True,
+                    f"the write {r.idempotency_key} ({r.capability_id}, turn {r.turn_id})"
+                    " may or may not have happened; every turn that needs it fails closed.",
+                    resolve,
+                )
+            )
+        elif r.status is ReceiptStatus.PREPARED and not lease.held:
+            # No turn runs it: the turn ended before recording the outcome (interrupted).
+            findings.append(
+                _finding(
+                    "prepared_receipt",
+                    True,
+                    f"the write {r.idempotency_key} ({r.capability_id}, turn {r.turn_id})"
+                    " was interrupted: its turn ended before recording the outcome, so it"
+                    " may or may not have happened; every turn that needs it fails closed.",
+                    resolve,
+                )
+            )
+    if checkpoint is not None and checkpoint.interaction is not None:
+        i = checkpoint.interaction
+        findings.append(
+            _finding(
+                "pending_interaction",
+                False,
+                f"waiting on a {i.kind} from turn {i.turn_id}: {i.prompt!r}"
+                + (f" (agenda item {i.agenda_item_id})" if i.agenda_item_id else ""),
+                "the user answers it in the next turn of this thread",
+            )
+        )
+    if checkpoint is not None and compat is not None:
+        try:
+            admit_checkpoint(checkpoint, compat)
+        except CheckpointIncompatibleError as exc:
+            findings.append(
+                _finding(
+                    "incompatible_checkpoint",
+                    True,
+                    f"{exc.message} (stored fingerprint {checkpoint.agent_fingerprint},"
+                    f" schema {checkpoint.schema_version})",
+                    "compile the agent with compatible_with=["
+                    f"{checkpoint.agent_fingerprint!r}] or register a migration from it",
+                )
+            )
+    if dead:
+        findings.append(
+            _finding(
+                "dead_events",
+                False,
+                f"{len(dead)} outbox event(s) were given up after repeated failures"
+                f" (positions {dead[:10]}); later events of this thread wait behind them.",
+                f"fix the sink, then: intention-kernel outbox requeue{store_arg}"
+                f" --thread-id {q(thread_id)}",
+            )
+        )
+    if undelivered:
+        findings.append(
+            _finding(
+                "undelivered_events",
+                False,
+                f"{len(undelivered)} outbox event(s) are not delivered yet.",
+                f"run a relay: intention-kernel outbox relay{store_arg} --sink URL",
+            )
+        )
+    return Diagnosis(
+        thread_id, None if checkpoint is None else checkpoint.revision, lease, findings
+    )
