@@ -15,7 +15,7 @@ import shlex
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import asdict, is_dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from enum import IntEnum
 from typing import Annotated, Any, TypeVar
 
@@ -44,6 +44,7 @@ from ..durability.factory import (
     redact,
     sqlite_url,
 )
+from ..operations import age
 
 __all__ = [
     "CliError",
@@ -169,23 +170,6 @@ def print_fields(rows: list[tuple[str, object]]) -> None:
     width = max(len(label) for label, _ in rows) + 1
     for label, value in rows:
         out.print(f"{label:<{width}}{value}", markup=False)
-
-
-def age(moment: datetime | None) -> str:
-    """``3d 4h`` style age of a timestamp (``-`` when unknown)."""
-    if moment is None:
-        return "-"
-    seconds = max(0, int((datetime.now(UTC) - moment).total_seconds()))
-    days, rest = divmod(seconds, 86_400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    if days:
-        return f"{days}d {hours}h"
-    if hours:
-        return f"{hours}h {minutes}m"
-    if minutes:
-        return f"{minutes}m {secs}s"
-    return f"{secs}s"
 
 
 def store_url(store: str | None) -> str:

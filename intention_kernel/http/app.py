@@ -10,12 +10,11 @@ tells the client to retry with the same key. Every error is an RFC 9457 problem 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import aclosing, asynccontextmanager
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -30,7 +29,7 @@ from ..contracts.receipts import EffectReceipt
 from ..kernel.response import TurnResult
 from ..kernel.runtime import CompiledAgent
 from ..kernel.streaming import StreamItem, TurnCompleted
-from .auth import Authenticator, Authorizer, BearerTokens, Principal, allow_any
+from .auth import Authenticator, Authorizer, BearerTokens, Principal, allow_any, resolve
 from .openapi import openapi_document
 from .problems import RETRY_SAME_KEY, HttpProblem, problem_for, problem_response
 from .running import RunningTurns, wait_out
@@ -40,8 +39,6 @@ from .turns import stored_turn_json, thread_body, turn_body
 __all__ = ["SERVICE_STATE", "Service", "create_app"]
 
 logger = logging.getLogger("intention_kernel.http")
-
-T = TypeVar("T")
 
 SERVICE_STATE = "intention_kernel"
 """``app.state.intention_kernel`` holds the ``Service`` (the server's shutdown hook uses it)."""
@@ -68,12 +65,6 @@ def _shutting_down() -> HttpProblem:
         f"this instance is shutting down; {RETRY_SAME_KEY} (any instance can serve the thread)",
         retryable=True,
     )
-
-
-async def _maybe(value: T | Awaitable[T]) -> T:
-    if inspect.isawaitable(value):
-        return await value
-    return value
 
 
 class Service:
@@ -108,7 +99,7 @@ class Service:
     async def principal(self, request: Request) -> Principal:
         if self.authenticate is None:
             return _ANONYMOUS
-        found = await _maybe(self.authenticate(request))
+        found = await resolve(self.authenticate(request))
         if found is None:
             raise HttpProblem(
                 401,
@@ -124,7 +115,7 @@ class Service:
         """The caller and the thread of the path, once the caller may ``action`` on it."""
         principal = await self.principal(request)
         thread_id = validate_thread_id(request.path_params["thread_id"])
-        if not await _maybe(self.authorize(principal, thread_id, action)):
+        if not await resolve(self.authorize(principal, thread_id, action)):
             raise HttpProblem(403, "FORBIDDEN", f"{principal.id} may not {action} on this thread")
         return principal, thread_id
 

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import inspect
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from starlette.requests import Request
 
@@ -25,7 +27,18 @@ __all__ = [
     "Principal",
     "allow_any",
     "hash_token",
+    "resolve",
 ]
+
+T = TypeVar("T")
+
+
+async def resolve(value: T | Awaitable[T]) -> T:
+    """The result of a host hook that may be sync or async (``authenticate``, ``authorize``)."""
+    if inspect.isawaitable(value):
+        return await value
+    return value
+
 
 _DIGEST = re.compile(r"sha256:([0-9a-f]{64})")
 _PRINCIPAL = re.compile(r"[^\s\x00-\x1f\x7f]{1,256}")

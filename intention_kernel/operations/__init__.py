@@ -6,6 +6,7 @@ terminal and in a browser; both render what these functions return and add no re
 
 from __future__ import annotations
 
+from .age import age
 from .compat_report import CompatReport, RefusedThread, compat_report
 from .diagnosis import Diagnosis, Finding, diagnose_thread, redact
 
@@ -14,6 +15,7 @@ __all__ = [
     "Diagnosis",
     "Finding",
     "RefusedThread",
+    "age",
     "compat_report",
     "diagnose_thread",
     "redact",

@@ -11,12 +11,11 @@ Every form carries the session's CSRF token and a POST from another origin is re
 from __future__ import annotations
 
 import hmac
-import inspect as pyinspect
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from datetime import UTC, datetime
-from typing import Any, TypeVar, cast
+from datetime import datetime
+from typing import Any, cast
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
@@ -41,15 +40,13 @@ from ...contracts.receipts import EffectReceipt, ReceiptStatus, ReconcileOutcome
 from ...kernel.compat import Compatibility
 from ...kernel.response import Response as TurnResponse
 from ...kernel.runtime import CompiledAgent
-from ...operations import compat_report, diagnose_thread, redact
-from ..auth import Authenticator, Authorizer, BearerTokens, Principal, allow_any
+from ...operations import age, compat_report, diagnose_thread, redact
+from ..auth import Authenticator, Authorizer, BearerTokens, Principal, allow_any, resolve
 from .session import Session, SessionCodec, inspector_role
 
 __all__ = ["INSPECTOR_STATE", "ProviderKey", "create_inspector"]
 
 logger = logging.getLogger("intention_kernel.http.inspector")
-
-T = TypeVar("T")
 
 INSPECTOR_STATE = "intention_kernel_inspector"
 SESSION_COOKIE = "ik_inspector"
@@ -87,28 +84,6 @@ class InspectorProblem(Exception):
         self.message = message
 
 
-async def _maybe(value: T | Awaitable[T]) -> T:
-    if pyinspect.isawaitable(value):
-        return await value
-    return value
-
-
-def _age(moment: datetime | None) -> str:
-    if moment is None:
-        return "-"
-    seconds = max(0, int((datetime.now(UTC) - moment).total_seconds()))
-    days, rest = divmod(seconds, 86_400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    if days:
-        return f"{days}d {hours}h"
-    if hours:
-        return f"{hours}h {minutes}m"
-    if minutes:
-        return f"{minutes}m {secs}s"
-    return f"{secs}s"
-
-
 def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True, indent=2, default=str)
 
@@ -144,7 +119,7 @@ class Inspector:
             trim_blocks=True,
             lstrip_blocks=True,
         )
-        self.templates.filters["age"] = _age
+        self.templates.filters["age"] = age
         self.templates.filters["when"] = _when
         self.templates.filters["json"] = _json
 
@@ -195,7 +170,7 @@ class Inspector:
         return self.codec.read(request.cookies.get(SESSION_COOKIE))
 
     async def may(self, session: Session, thread_id: str, action: str) -> bool:
-        return bool(await _maybe(self.authorize(session.principal, thread_id, action)))
+        return bool(await resolve(self.authorize(session.principal, thread_id, action)))
 
     async def require(self, session: Session, thread_id: str, action: str) -> None:
         if not await self.may(session, thread_id, action):
@@ -849,7 +824,7 @@ def _verifier(
             "headers": [(b"authorization", f"Bearer {token}".encode())],
             "query_string": b"",
         }
-        found = await _maybe(authenticate(Request(scope)))
+        found = await resolve(authenticate(Request(scope)))
         return found if isinstance(found, Principal) else None
 
     return verify
