@@ -179,6 +179,7 @@ class Telemetry:
         "_points",
         "_redact",
         "_replays",
+        "_token_points",
         "_tokens",
         "enabled",
         "tracer",
@@ -195,6 +196,7 @@ class Telemetry:
         self.enabled = enabled and AVAILABLE
         self._redact = redact
         self._points: dict[tuple[str | None, ...], Attributes] = {}
+        self._token_points: dict[tuple[str | None, str, str], tuple[Attributes, Attributes]] = {}
         if not self.enabled:
             return
         self._own_tracer = isinstance(tracer_provider, TracerProvider)
@@ -264,6 +266,23 @@ class Telemetry:
         name = type(metrics.get_meter_provider()).__name__
         return name not in ("_ProxyMeterProvider", "NoOpMeterProvider")
 
+    def token_points(
+        self, provider: str | None, model: str, task: str
+    ) -> tuple[Attributes, Attributes]:
+        """The input and output points of ``gen_ai.client.token.usage`` for one model call
+        (built once per provider, model and task, as ``point``)."""
+        key = (provider, model, task)
+        found = self._token_points.get(key)
+        if found is None:
+            asked = ("tokens", "chat", provider, model, task)
+            found = (
+                self.point((*asked, "input"), _TOKENS),
+                self.point((*asked, "output"), _TOKENS),
+            )
+            if len(self._token_points) < _POINTS_KEPT:
+                self._token_points[key] = found
+        return found
+
     def point(self, key: tuple[str | None, ...], names: tuple[str, ...]) -> Attributes:
         """The attributes of a metric point: ``names`` paired with ``key[1:]`` (``key[0]``
         names the metric; ``None`` values are left out). Built once per distinct key and
@@ -300,10 +319,11 @@ class _Span:
     ) -> None:
         self.turn = turn
         self._kind = kind
-        self.span: Span = turn.telemetry.tracer.start_span(
-            name,
-            kind=SpanKind.INTERNAL if span_kind is None else span_kind,
-            attributes=None if attributes is None else turn.shown(kind, attributes),
+        telemetry = turn.telemetry
+        if attributes is not None and telemetry._redact is not None:
+            attributes = turn.shown(kind, attributes)
+        self.span: Span = telemetry.tracer.start_span(
+            name, kind=SpanKind.INTERNAL if span_kind is None else span_kind, attributes=attributes
         )
         self.ended_with: Attributes = {}
         self._token: object = None
@@ -318,16 +338,19 @@ class _Span:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        span = self.span
         try:
-            ended = self.turn.shown(self._kind, self.ended_with) if self.ended_with else {}
+            ended = self.ended_with
+            if ended and self.turn.telemetry._redact is not None:
+                ended = self.turn.shown(self._kind, ended)
             if exc is not None:
-                ended["error.type"] = _error_type(exc)
-                self.span.set_status(StatusCode.ERROR, _error_type(exc))
+                ended["error.type"] = error = _error_type(exc)
+                span.set_status(StatusCode.ERROR, error)
             if ended:
-                self.span.set_attributes(ended)
+                span.set_attributes(ended)
         finally:
             otel_context.detach(self._token)  # type: ignore[arg-type]
-            self.span.end()
+            span.end()
 
 
 class _Turn:
@@ -409,10 +432,11 @@ class _Turn:
     def __enter__(self) -> _Turn:
         self._started = time.perf_counter()
         # The turn's attributes go to the sampler too (one that samples by agent sees them).
+        attributes = self.attributes
+        if self.telemetry._redact is not None:
+            attributes = self.shown("turn", attributes)
         self.span = (
-            self.telemetry.tracer.start_span(
-                "ik.turn", attributes=self.shown("turn", self.attributes)
-            )
+            self.telemetry.tracer.start_span("ik.turn", attributes=attributes)
             if self.traced
             else trace.INVALID_SPAN
         )
@@ -459,8 +483,8 @@ class _Turn:
             ended["ik.turn.outcome"] = outcome
             ended["ik.turn.replayed"] = self.replayed
             if exc is not None:
-                ended["error.type"] = _error_type(exc)
-                span.set_status(StatusCode.ERROR, _error_type(exc))
+                ended["error.type"] = error = _error_type(exc)
+                span.set_status(StatusCode.ERROR, error)
             span.set_attributes(ended)
         span.end()
 
@@ -479,9 +503,8 @@ class _Turn:
         self.replayed = replayed
 
 
-def _turn() -> _Turn | None:
-    """The current turn when OpenTelemetry is in use (``None`` without the package)."""
-    return _CURRENT.get() if AVAILABLE else None
+_turn: Callable[[], _Turn | None] = _CURRENT.get
+"""The current turn (always ``None`` without the package: no turn is ever set then)."""
 
 
 # ------------------------------------------------------------------- plan
@@ -535,8 +558,9 @@ class _Chat:
             self._span = _Span(turn, f"chat {model}", "chat", self.attributes, SpanKind.CLIENT)
 
     def __enter__(self) -> _Chat:
-        if self._span is not None:
-            self._span.__enter__()
+        span = self._span
+        if span is not None:  # as ``_Span.__enter__``, one call less
+            span._token = otel_context.attach(trace.set_span_in_context(span.span))
         return self
 
     def __exit__(
@@ -565,10 +589,10 @@ class _Chat:
             telemetry = self.turn.telemetry
             named = self.attributes.get("gen_ai.provider.name")
             asked = self.attributes["gen_ai.request.model"]
+            spent_in, spent_out = telemetry.token_points(named, asked, self.task)
             record = telemetry._tokens.record
-            key = ("tokens", "chat", named, asked, self.task)
-            record(input_tokens, telemetry.point((*key, "input"), _TOKENS))
-            record(output_tokens, telemetry.point((*key, "output"), _TOKENS))
+            record(input_tokens, spent_in)
+            record(output_tokens, spent_out)
         if self._span is None:
             return
         answered = self._span.ended_with
@@ -632,8 +656,9 @@ class _Effect:
         self.status = "error"
 
     def __enter__(self) -> _Effect:
-        if self._span is not None:
-            self._span.__enter__()
+        span = self._span
+        if span is not None:  # as ``_Span.__enter__``, one call less
+            span._token = otel_context.attach(trace.set_span_in_context(span.span))
         return self
 
     def __exit__(
