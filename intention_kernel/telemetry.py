@@ -558,9 +558,8 @@ class _Chat:
             self._span = _Span(turn, f"chat {model}", "chat", self.attributes, SpanKind.CLIENT)
 
     def __enter__(self) -> _Chat:
-        span = self._span
-        if span is not None:  # as ``_Span.__enter__``, one call less
-            span._token = otel_context.attach(trace.set_span_in_context(span.span))
+        if self._span is not None:
+            self._span.__enter__()
         return self
 
     def __exit__(
@@ -656,9 +655,8 @@ class _Effect:
         self.status = "error"
 
     def __enter__(self) -> _Effect:
-        span = self._span
-        if span is not None:  # as ``_Span.__enter__``, one call less
-            span._token = otel_context.attach(trace.set_span_in_context(span.span))
+        if self._span is not None:
+            self._span.__enter__()
         return self
 
     def __exit__(
