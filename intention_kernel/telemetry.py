@@ -536,11 +536,33 @@ def plan_span() -> _Plan | _Null:
 # ------------------------------------------------------------------- model calls
 
 
-class _Chat:
+class _Optional:
+    """A span when the turn is recorded, ``None`` otherwise (the metrics are kept either way)."""
+
+    __slots__ = ("_span",)
+
+    _span: _Span | None
+
+    def __enter__(self) -> Self:
+        if self._span is not None:
+            self._span.__enter__()
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._span is not None:
+            self._span.__exit__(kind, exc, tb)
+
+
+class _Chat(_Optional):
     """A model call after the OpenTelemetry GenAI conventions, current while the gateway runs
     (an instrumented HTTP client's span nests under it)."""
 
-    __slots__ = ("_span", "attributes", "task", "turn")
+    __slots__ = ("attributes", "task", "turn")
 
     def __init__(self, turn: _Turn, task: str, provider: str | None, model: str) -> None:
         self.turn = turn
@@ -556,20 +578,6 @@ class _Chat:
         self._span: _Span | None = None
         if turn.recording:
             self._span = _Span(turn, f"chat {model}", "chat", self.attributes, SpanKind.CLIENT)
-
-    def __enter__(self) -> _Chat:
-        if self._span is not None:
-            self._span.__enter__()
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if self._span is not None:
-            self._span.__exit__(kind, exc, tb)
 
     def answered(
         self,
@@ -645,19 +653,14 @@ def step_span(capability: str, version: str, step_id: str, effect: str) -> _Step
     )
 
 
-class _Effect:
-    __slots__ = ("_span", "capability", "status", "turn")
+class _Effect(_Optional):
+    __slots__ = ("capability", "status", "turn")
 
     def __init__(self, turn: _Turn, capability: str, span: _Span | None) -> None:
         self.turn = turn
         self.capability = capability
         self._span = span
         self.status = "error"
-
-    def __enter__(self) -> _Effect:
-        if self._span is not None:
-            self._span.__enter__()
-        return self
 
     def __exit__(
         self,
