@@ -237,3 +237,12 @@ def script_statements(text: str) -> int:
         if line.endswith(";") or GSET.search(line):
             count, open_statement = count + 1, False
     return count + (1 if open_statement else 0)
+
+
+def table_cell(value: Any) -> str:
+    """A figure as the printed tables show it: ``-`` when missing, whole above 100."""
+    if value is None:
+        return "-"
+    if isinstance(value, float) and value >= 100:
+        return f"{value:.0f}"
+    return f"{value:g}"

@@ -62,6 +62,7 @@ from _measure import (
     per_turn,
     ratio,
     self_cpu,
+    table_cell,
 )
 from _payloads import EFFECT_RESPONSE, REPLY, STATE, operation
 from _server import Probe
@@ -411,13 +412,14 @@ def print_table(report: dict[str, Any]) -> None:
     ]
     print(f"{'side':<17}" + "".join(f"{t:>11}" for t, _ in columns))
     for side, m in report["median"].items():
-        print(f"{side:<17}" + "".join(f"{_fmt(m.get(k)):>11}" for _, k in columns))
+        print(f"{side:<17}" + "".join(f"{table_cell(m.get(k)):>11}" for _, k in columns))
         for error in m.get("errors", []):
             print(f"  {side} failed: {error}")
     for ours_side, peer in PAIRS:
         print(
-            f"{ours_side} / {peer}: {_fmt(report[f'ratio_vs_{peer}'])}x turns/s,"
-            f" {_fmt(report[f'cpu_ratio_vs_{peer}'])}x CPU per turn (above 1, ours costs more)"
+            f"{ours_side} / {peer}: {table_cell(report[f'ratio_vs_{peer}'])}x turns/s,"
+            f" {table_cell(report[f'cpu_ratio_vs_{peer}'])}x CPU per turn"
+            " (above 1, ours costs more)"
         )
     print(
         f"per turn, medians over repetitions; statements from"
@@ -438,14 +440,6 @@ def print_table(report: dict[str, Any]) -> None:
         f" cell; {report['overloaded_cells']} of {total} cells flagged (other work above"
         f" {OTHERS_LIMIT:.0%})"
     )
-
-
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float) and value >= 100:
-        return f"{value:.0f}"
-    return f"{value:g}"
 
 
 def main() -> None:

@@ -64,6 +64,7 @@ from _measure import (
     ratio,
     script_statements,
     self_cpu,
+    table_cell,
 )
 from _payloads import STATE, Failed, failing, operation
 from _server import Probe
@@ -605,14 +606,6 @@ def _rep_line(kind: str, clients: int, rep: int, r: dict[str, Any]) -> str:
     )
 
 
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float) and value >= 100:
-        return f"{value:.0f}"
-    return f"{value:g}"
-
-
 def _wal(values: dict[str, Any], key: str) -> Any:
     """WAL of the cell's database (``pg_walinspect``), else of the whole cluster."""
     mine = values.get(f"db_{key}")
@@ -640,11 +633,11 @@ def print_table(report: dict[str, Any]) -> None:
             values = cell["median"][side]
             shown, cpu = "", ""
             if side != "ours":
-                shown = _fmt(cell[f"ratio_vs_{side}"])
-                cpu = _fmt(cell[f"cpu_ratio_vs_{side}"])
+                shown = table_cell(cell[f"ratio_vs_{side}"])
+                cpu = table_cell(cell[f"cpu_ratio_vs_{side}"])
             print(
                 f"{cell['turn']:<11}{cell['clients']:>3} {side:<10}"
-                + "".join(f"{_fmt(get(values)):>11}" for _, get in columns)
+                + "".join(f"{table_cell(get(values)):>11}" for _, get in columns)
                 + f"{shown:>8}{cpu:>10}"
             )
     server = report["server"]
@@ -675,11 +668,11 @@ def print_table(report: dict[str, Any]) -> None:
     )
     replay = report["replay"]
     print(
-        f"replay: {_fmt(replay.get('statements_per_turn'))} statement(s) on the server,"
+        f"replay: {table_cell(replay.get('statements_per_turn'))} statement(s) on the server,"
         f" {replay['round_trips_counted_on_client']} on the client,"
-        f" {_fmt(replay.get('db_wal_records_per_turn'))} WAL records"
-        f" ({_fmt(replay.get('db_wal_bytes_per_turn'))} bytes) in the bench database and"
-        f" {_fmt(replay.get('commit_records_per_turn'))} commit records per replay"
+        f" {table_cell(replay.get('db_wal_records_per_turn'))} WAL records"
+        f" ({table_cell(replay.get('db_wal_bytes_per_turn'))} bytes) in the bench database and"
+        f" {table_cell(replay.get('commit_records_per_turn'))} commit records per replay"
     )
     length = report["thread_length"]
     print(
