@@ -3,10 +3,13 @@
     .venv/bin/python bench/postgres_turns.py [--dsn URL] [--seconds 10] [--reps 3]
 
 For a turn without effects and a turn with one effect, at 1 and 8 clients, each repetition
-runs three cells one after the other, each in a fresh process:
+runs four cells one after the other, each in a fresh process:
 
 - ours: the store through its public API (``open_durability``, ``with_turn``, ``run_effect``,
   ``commit``), one thread per client, clients spread over up to one process per core;
+- asyncpg: the Python floor, a bare asyncpg client sending the statements the store sent for
+  one turn on one dedicated connection per client, in the same processes layout (see
+  ``_floor``): what any asyncio client of asyncpg costs here;
 - same SQL: pgbench sending the statements the store sent for one turn (recorded from the
   store in this run, same parameters, see ``_capture``);
 - reference: pgbench running ``turn_1c.sql`` / ``turn_3c.sql`` from the reference directory.
@@ -33,6 +36,7 @@ import asyncio
 import contextlib
 import json
 import os
+import pickle
 import re
 import resource
 import statistics
@@ -50,6 +54,7 @@ import asyncpg
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _capture import Call, Recorder, Script, build_script
+from _floor import Replayer
 from _measure import (
     OTHERS_LIMIT,
     cell_machine,
@@ -81,7 +86,7 @@ REF_DB = "ik_bench_ref"
 SCHEMA = "ik_bench"
 CPUS = os.cpu_count() or 1
 KINDS = ((0, "no effect", "turn_1c.sql"), (1, "one effect", "turn_3c.sql"))
-SIDES = ("ours", "same_sql", "reference")
+SIDES = ("ours", "asyncpg", "same_sql", "reference")
 
 
 def with_db(dsn: str, db: str) -> str:
@@ -104,6 +109,9 @@ async def child(spec: dict[str, Any]) -> None:
     """Runs in a fresh process: seed each thread with one turn, say ``ready``, wait for ``go``,
     run turns for the given seconds, print the counts, the statements sent (asyncpg calls
     counted during the timed window) and this process's CPU."""
+    if spec.get("floor"):
+        await _floor_child(spec)
+        return
     recorder = Recorder(keep=False)
     with recorder.installed():
         await _child(spec, recorder)
@@ -145,14 +153,54 @@ async def _child(spec: dict[str, Any], recorder: Recorder) -> None:
     await store.close()
 
 
+async def _floor_child(spec: dict[str, Any]) -> None:
+    """The asyncpg floor in a fresh process, with the same protocol as ``child``."""
+    calls, captured = pickle.loads(await asyncio.to_thread(Path(spec["calls"]).read_bytes))
+    replayer = Replayer(calls, **captured)
+    threads: list[str] = spec["threads"]
+    conns = [await asyncpg.connect(spec["url"]) for _ in threads]
+    print("ready", flush=True)
+    line = await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+    deadline = time.monotonic() + float(line.split()[1])
+    counts = [0] * len(threads)
+    started = time.monotonic()
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+
+    async def client(slot: int) -> None:
+        n = 0
+        while time.monotonic() < deadline:
+            n += 1  # the thread holds its seed turn and turns t1 .. t(n-1): it loads n
+            await replayer.turn(conns[slot], threads[slot], n)
+            counts[slot] = n
+
+    await asyncio.gather(*(client(i) for i in range(len(threads))))
+    elapsed = time.monotonic() - started
+    cpu = cpu_seconds(resource.getrusage(resource.RUSAGE_SELF)) - cpu_seconds(usage)
+    report = {"turns": sum(counts), "seconds": elapsed, "cpu": cpu, "errors": []}
+    print(json.dumps({**report, "statements": len(calls) * sum(counts)}), flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)  # "exit"
+    for conn in conns:
+        await conn.close()
+
+
 async def ours_cell(
-    probe: Probe, dsn: str, effects: int, clients: int, seconds: float, tag: str
+    probe: Probe,
+    dsn: str,
+    effects: int,
+    clients: int,
+    seconds: float,
+    tag: str,
+    floor: str | None = None,
 ) -> dict[str, Any]:
+    """The store's cell, or with ``floor`` (the recorded calls' file) the asyncpg floor's."""
     procs = min(clients, CPUS)
     threads = [f"{tag}-{c}" for c in range(clients)]
     children = []
     for p in range(procs):
         spec = {"url": store_url(dsn), "effects": effects, "threads": threads[p::procs]}
+        if floor is not None:
+            spec = {"url": with_db(dsn, BENCH_DB), "threads": threads[p::procs], "floor": 1}
+            spec["calls"] = floor
         children.append(
             await asyncio.create_subprocess_exec(
                 sys.executable,
@@ -199,7 +247,9 @@ async def ours_cell(
         "client_cpu_us_per_turn": cpu_us_per_turn(sum(float(r["cpu"]) for r in reports), turns),
         "client_cpu_from": "getrusage(RUSAGE_SELF) of each benchmark process, timed window",
         "client_statements_per_turn": per_turn(sum(int(r["statements"]) for r in reports), turns),
-        "client_statements_from": "asyncpg calls counted in the benchmark processes",
+        "client_statements_from": "asyncpg calls counted in the benchmark processes"
+        if floor is None
+        else "recorded statements sent per turn",
     }
     client = sum(float(r["cpu"]) for r in reports)
     ours = None if cell_cpu is None else client + cell_cpu + mine
@@ -303,6 +353,26 @@ async def capture(dsn: str, effects: int) -> tuple[Script, list[Call], list[Call
     finally:
         await conn.close()
     return script, turn_calls, replay_calls
+
+
+CAPTURED = {"thread_id": "", "turn_id": "capturn", "loaded_revision": 3}
+
+
+def _floor_file(calls: list[Call]) -> str:
+    """The recorded turn for the floor's processes (rows as dicts: records do not pickle)."""
+    plain = [
+        Call(
+            c.method,
+            c.query,
+            c.args,
+            dict(c.result) if c.method == "fetchrow" and c.result else None,
+        )
+        for c in calls
+    ]
+    thread = next(c.args[0] for c in calls if c.args)
+    with tempfile.NamedTemporaryFile(suffix=".pickle", prefix="ik-floor-", delete=False) as f:
+        f.write(pickle.dumps((plain, {**CAPTURED, "thread_id": thread})))
+    return f.name
 
 
 async def seed_threads(dsn: str, effects: int, threads: list[str]) -> None:
@@ -431,9 +501,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     scripts: dict[int, Script] = {}
     recorded: dict[int, dict[str, Any]] = {}
     replay_calls: list[Call] = []
+    floors: dict[int, str] = {}
     for effects, _, _ in KINDS:
         script, calls, replay_calls = await capture(args.dsn, effects)
         scripts[effects] = script
+        floors[effects] = _floor_file(calls)
         recorded[effects] = {
             "statements": len(calls),
             "sql": [" ".join(c.query.split()) for c in calls],
@@ -446,8 +518,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             for rep in range(args.reps):
                 tag = f"{'e' if effects else 'p'}{clients}r{rep}x{os.getpid()}"
                 results: dict[str, dict[str, Any]] = {}
-                order = ["ours", "same_sql", "reference"]
-                order = order[rep % 3 :] + order[: rep % 3]
+                order = list(SIDES)
+                order = order[rep % len(order) :] + order[: rep % len(order)]
                 for side in order:
                     load = machine()
                     warning = load_warning(f"{kind} c={clients} rep {rep + 1} {side}", load)
@@ -456,6 +528,20 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     await checkpoint(probe)
                     if side == "ours":
                         cell = await ours_cell(probe, args.dsn, effects, clients, args.seconds, tag)
+                    elif side == "asyncpg":
+                        floor_tag = f"{tag}-apg"
+                        await seed_threads(
+                            args.dsn, effects, [f"{floor_tag}-{c}" for c in range(clients)]
+                        )
+                        cell = await ours_cell(
+                            probe,
+                            args.dsn,
+                            effects,
+                            clients,
+                            args.seconds,
+                            floor_tag,
+                            floor=floors[effects],
+                        )
                     elif side == "same_sql":
                         prefix = f"{tag}-pgb-"
                         await seed_threads(
@@ -494,6 +580,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 reps.append({**results, **_ratios(results)})
                 print(_rep_line(kind, clients, rep, reps[-1]), flush=True)
             cells.append(_summary(kind, reference, clients, reps))
+    for path in floors.values():
+        os.unlink(path)
     replay = await replay_cost(probe, args.dsn, args.replays)
     replay["round_trips_counted_on_client"] = len(replay_calls)
     length = await thread_length(args.dsn, args.long_thread, args.length_sample, 5)
@@ -508,6 +596,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "clients": args.clients,
             "pgbench": "-n -M prepared, -j = min(clients, cores)",
             "ours": "one thread per client, clients over min(clients, cores) processes",
+            "asyncpg": "as ours: one dedicated connection per client, no library code",
             "checkpoint_before_each_cell": True,
         },
         "server": server,
@@ -549,11 +638,13 @@ def _ratios(results: dict[str, dict[str, Any]]) -> dict[str, float | None]:
         cell["cpu_us_per_turn"] = _cpu_per_turn(cell)
     ours = results["ours"]
     out: dict[str, float | None] = {}
-    for side in ("same_sql", "reference"):
+    for side in SIDES[1:]:
         out[f"ratio_vs_{side}"] = ratio(ours["turns_per_s"], results[side]["turns_per_s"])
         out[f"cpu_ratio_vs_{side}"] = ratio(
             ours["cpu_us_per_turn"], results[side]["cpu_us_per_turn"]
         )
+    floor, reference = results["asyncpg"]["turns_per_s"], results["reference"]["turns_per_s"]
+    out["asyncpg_vs_reference"] = ratio(floor, reference)
     return out
 
 
@@ -588,10 +679,12 @@ def _summary(kind: str, reference: str, clients: int, reps: list[dict[str, Any]]
         "turn": kind,
         "clients": clients,
         "reference": reference,
-        "ratio_vs_same_sql": _median([r["ratio_vs_same_sql"] for r in reps]),
-        "ratio_vs_reference": _median([r["ratio_vs_reference"] for r in reps]),
-        "cpu_ratio_vs_same_sql": _median([r["cpu_ratio_vs_same_sql"] for r in reps]),
-        "cpu_ratio_vs_reference": _median([r["cpu_ratio_vs_reference"] for r in reps]),
+        **{
+            f"{what}_vs_{side}": _median([r[f"{what}_vs_{side}"] for r in reps])
+            for what in ("ratio", "cpu_ratio")
+            for side in SIDES[1:]
+        },
+        "asyncpg_vs_reference": _median([r["asyncpg_vs_reference"] for r in reps]),
         "overloaded_cells": sum(r[s]["machine"]["overloaded"] for r in reps for s in SIDES),
         "median": median,
         "reps": reps,
@@ -601,6 +694,7 @@ def _summary(kind: str, reference: str, clients: int, reps: list[dict[str, Any]]
 def _rep_line(kind: str, clients: int, rep: int, r: dict[str, Any]) -> str:
     return (
         f"{kind:<10} c={clients} rep {rep + 1}: ours {r['ours']['turns_per_s']}/s,"
+        f" asyncpg {r['asyncpg']['turns_per_s']}/s ({r['ratio_vs_asyncpg']}x),"
         f" same SQL {r['same_sql']['turns_per_s']}/s ({r['ratio_vs_same_sql']}x),"
         f" reference {r['reference']['turns_per_s']}/s ({r['ratio_vs_reference']}x)"
     )
@@ -651,6 +745,11 @@ def print_table(report: dict[str, Any]) -> None:
         f" {server['commit_records_counted_by']}; WAL fsyncs from pg_stat_wal.wal_sync (whole"
         f" cluster); server CPU from {server['server_cpu_from']}"
     )
+    floor = ", ".join(
+        f"{c['turn']} c={c['clients']}: {table_cell(c['asyncpg_vs_reference'])}x"
+        for c in report["cells"]
+    )
+    print(f"the asyncpg floor against the reference (turns/s): {floor}")
     start, end = report["machine_at_start"], report["machine_at_end"]
     overloaded = sum(c["overloaded_cells"] for c in report["cells"])
     total = len(report["cells"]) * len(SIDES) * report["settings"]["reps"]

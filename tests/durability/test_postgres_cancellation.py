@@ -84,8 +84,10 @@ async def test_a_renewal_that_cannot_finish_loses_the_lease_within_the_ttl(
     taken: list[Any] = []
 
     async def parked(scope: TurnScope) -> None:
-        if blocker == "exhausted_pool":
-            taken.append(await store._pool.acquire())  # the pool's only connection
+        if blocker == "exhausted_pool":  # the store's only connection, held by other work
+            held = store._lanes.connection()
+            await held.__aenter__()
+            taken.append(held)
         else:
             await lock.start()
             await side.execute(
@@ -103,8 +105,8 @@ async def test_a_renewal_that_cannot_finish_loses_the_lease_within_the_ttl(
         with pytest.raises(LeaseLostError):
             await turn
     finally:
-        for conn in taken:
-            await store._pool.release(conn)
+        for held in taken:
+            await held.__aexit__(None, None, None)
         await side.close()
         if not turn.done():
             turn.cancel()
@@ -217,11 +219,12 @@ async def test_the_release_waits_for_a_write_still_in_flight(dsn: str, schema: s
             receipt = start_effect(
                 None, identity, thread_id="t1", turn_id="turn-1", now=datetime.now(UTC)
             ).receipt
-            busy = await store._pool.acquire()  # the open connection: the write opens another
+            busy = store._lanes.connection()  # the open connection: the write opens another
+            await busy.__aenter__()
             lease = scope._held()
             write = asyncio.ensure_future(store._write_receipt(lease, receipt, None))
             await asyncio.sleep(0)  # the write is on its way (connecting)
-            await store._pool.release(busy)  # the release could take this one at once
+            await busy.__aexit__(None, None, None)  # the release could take this one at once
         assert write.done()  # the turn ended only after its write: the release came last
         assert await write is True  # and the write was not refused by its own release
     assert await lease_released(dsn, schema, "t1")
@@ -318,42 +321,56 @@ async def test_a_repeated_commit_is_a_typed_conflict(dsn: str, schema: str) -> N
     await store.close()
 
 
-class LostAnswerPool:
-    """The store's real pool, except that the first commit statement runs to its COMMIT on the
-    server and then its connection is closed before the client reads the answer."""
+class LostAnswer:
+    """The store's real connections, except that the first commit statement runs to its COMMIT
+    on the server and then its connection is closed before the client reads the answer."""
 
-    def __init__(self, pool: Any, commit_sql: str, side: Any, schema: str) -> None:
-        self.pool, self.commit_sql, self.side, self.schema = pool, commit_sql, side, schema
+    def __init__(self, lanes: Any, commit_sql: str, side: Any, schema: str) -> None:
+        self.lanes, self.commit_sql, self.side, self.schema = lanes, commit_sql, side, schema
         self.armed = True
 
-    async def fetchrow(self, sql: str, *args: Any, **kwargs: Any) -> Any:
-        if not (self.armed and sql == self.commit_sql):
-            return await self.pool.fetchrow(sql, *args, **kwargs)
-        self.armed = False
-        async with self.pool.acquire() as conn:
-            statement = await conn.prepare(sql)  # executing it is then one message
-            conn._con._transport.pause_reading()  # the answer stays unread
-            answer = asyncio.ensure_future(statement.fetchrow(*args))
-            for _ in range(400):  # until the commit is visible: it did commit
-                if await self.side.fetchval(
-                    f'SELECT count(*) FROM "{self.schema}".turns'
-                    " WHERE thread_id = $1 AND turn_id = $2",
-                    args[0],
-                    args[3],
-                ):
-                    break
-                await asyncio.sleep(0.005)
-            conn.terminate()
-            return await answer  # raises: the connection was closed mid-operation
+    async def run(self, call: Any) -> Any:
+        return await self.lanes.run(lambda conn: call(_Answering(conn, self)))
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self.pool, name)
+        return getattr(self.lanes, name)
+
+    async def lose(self, conn: Any, sql: str, args: tuple[Any, ...]) -> Any:
+        self.armed = False
+        statement = await conn.prepare(sql)  # executing it is then one message
+        conn._con._transport.pause_reading()  # the answer stays unread
+        answer = asyncio.ensure_future(statement.fetchrow(*args))
+        for _ in range(400):  # until the commit is visible: it did commit
+            if await self.side.fetchval(
+                f'SELECT count(*) FROM "{self.schema}".turns WHERE thread_id = $1 AND turn_id = $2',
+                args[0],
+                args[3],
+            ):
+                break
+            await asyncio.sleep(0.005)
+        conn.terminate()
+        return await answer  # raises: the connection was closed mid-operation
+
+
+class _Answering:
+    """One connection of ``LostAnswer``."""
+
+    def __init__(self, conn: Any, lost: LostAnswer) -> None:
+        self.conn, self.lost = conn, lost
+
+    async def fetchrow(self, sql: str, *args: Any, **kwargs: Any) -> Any:
+        if self.lost.armed and sql == self.lost.commit_sql:
+            return await self.lost.lose(self.conn, sql, args)
+        return await self.conn.fetchrow(sql, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.conn, name)
 
 
 async def test_a_commit_retried_after_an_ambiguous_commit_succeeds(dsn: str, schema: str) -> None:
     store = await open_store(dsn, schema)
     side = await asyncpg.connect(dsn)
-    store._pool = LostAnswerPool(store._pool, store._sql.commit, side, schema)
+    store._lanes = LostAnswer(store._lanes, store._sql.commit, side, schema)
 
     async def operation(scope: TurnScope) -> DurableTurnResult:
         result = make_result(scope)

@@ -35,6 +35,7 @@ from ..engine import DurabilityEngine, OpenedTurn, Reconciliation, StoredTurn, T
 from . import _schema
 from ._errors import bounded, retrying, translated
 from ._inspect import PostgresInspection
+from ._lanes import Lanes
 from ._lease import Heartbeat, LeaseSettings, PgLease, new_owner
 from ._outbox import OutboxStatements, PostgresOutboxNotifier, PostgresOutboxSource
 from ._reads import PostgresReads, last_reconciliation
@@ -152,6 +153,7 @@ class PostgresDurability(
         self.statement_timeout = float(statement_timeout)
         """Longest any statement (with its wait for a pooled connection) may take."""
         self._pool = pool
+        self._lanes = Lanes(pool)
         self._owns_pool = owns_pool
         self._sql = Statements.render(self.schema, fencing=self._fenced)
         self._outbox_sql = OutboxStatements(self.schema)
@@ -249,7 +251,7 @@ class PostgresDurability(
         """Create or upgrade the tables (idempotent, serialized across processes)."""
         self._check_open()
         with translated():
-            async with self._pool.acquire() as conn:
+            async with self._lanes.connection() as conn:
                 return await _schema.migrate(conn, self.schema)
 
     migrate = setup
@@ -258,7 +260,7 @@ class PostgresDurability(
         """Refuse a missing or newer schema; note a server ``synchronous_commit`` default."""
         self._check_open()
         with translated():
-            async with self._pool.acquire() as conn:
+            async with self._lanes.connection() as conn:
                 version = await _schema.verify(conn, self.schema)
                 self.server_synchronous_commit = await conn.fetchval("SHOW synchronous_commit")
         if self.server_synchronous_commit in ("off", "local"):
@@ -284,30 +286,30 @@ class PostgresDurability(
     # just as its own timer would (one timer fewer per statement).
 
     async def _fetchrow(self, sql: str, *args: Any) -> Any:
-        pool = self._pool
-        return await bounded(lambda t: pool.fetchrow(sql, *args), self.statement_timeout)
+        run = self._lanes.run
+        return await bounded(
+            lambda t: run(lambda c: c.fetchrow(sql, *args)), self.statement_timeout
+        )
 
     async def _fetch(self, sql: str, *args: Any) -> list[Any]:
-        pool = self._pool
+        run = self._lanes.run
         rows: list[Any] = await bounded(
-            lambda t: pool.fetch(sql, *args, timeout=t), self.statement_timeout
+            lambda t: run(lambda c: c.fetch(sql, *args, timeout=t)), self.statement_timeout
         )
         return rows
 
-    async def _execute(self, sql: str, *args: Any, deadline: float | None = None) -> None:
-        pool = self._pool
-        await bounded(
-            lambda t: pool.execute(sql, *args, timeout=t), deadline or self.statement_timeout
-        )
-
-    async def _execute_status(self, sql: str, *args: Any) -> int:
+    async def _execute_status(self, sql: str, *args: Any, deadline: float | None = None) -> int:
         """Run one statement; the row count of its status tag (``UPDATE 3`` -> 3)."""
-        pool = self._pool
+        run = self._lanes.run
         status: str = await bounded(
-            lambda t: pool.execute(sql, *args, timeout=t), self.statement_timeout
+            lambda t: run(lambda c: c.execute(sql, *args, timeout=t)),
+            deadline or self.statement_timeout,
         )
         tail = status.rsplit(" ", 1)[-1]
         return int(tail) if tail.isdigit() else 0
+
+    async def _execute(self, sql: str, *args: Any, deadline: float | None = None) -> None:
+        await self._execute_status(sql, *args, deadline=deadline)
 
     # ---------------------------------------------------------------- lease
 
@@ -325,21 +327,19 @@ class PostgresDurability(
         both reported by the server on every connection since PostgreSQL 14)."""
         sql = self._sql
 
-        async def run(seconds: float) -> Any:
-            # No ``acquire`` timeout (a task and a timer more): ``bounded`` bounds the wait.
-            async with self._pool.acquire() as conn:
-                settings = conn.get_settings()
-                if (
-                    getattr(settings, "default_transaction_read_only", "off") == "on"
-                    or getattr(settings, "in_hot_standby", "off") == "on"
-                ):
-                    row = await conn.fetchrow(sql.replay, thread_id, turn_id)
-                    return _ReadOnly(row)
-                return await conn.fetchrow(
-                    sql.acquire, thread_id, turn_id, owner, self.lease_settings.ttl, True
-                )
+        async def statement(conn: Any) -> Any:
+            settings = conn.get_settings()
+            if (
+                getattr(settings, "default_transaction_read_only", "off") == "on"
+                or getattr(settings, "in_hot_standby", "off") == "on"
+            ):
+                return _ReadOnly(await conn.fetchrow(sql.replay, thread_id, turn_id))
+            return await conn.fetchrow(
+                sql.acquire, thread_id, turn_id, owner, self.lease_settings.ttl, True
+            )
 
-        return await bounded(run, self.statement_timeout)
+        run = self._lanes.run
+        return await bounded(lambda t: run(statement), self.statement_timeout)
 
     async def _try_acquire(
         self, thread_id: str, turn_id: str, *, skip_committed: bool
@@ -724,7 +724,7 @@ class PostgresDurability(
         thread_id, idempotency_key = decision.thread_id, decision.idempotency_key
 
         async def transaction() -> EffectReceipt:
-            async with self._pool.acquire() as conn, conn.transaction():
+            async with self._lanes.connection() as conn, conn.transaction():
                 await conn.execute("SET LOCAL synchronous_commit = on")
                 if lease is not None and not await conn.fetchval(
                     f"SELECT EXISTS (SELECT 1 FROM {s}.leases WHERE thread_id = $1"
@@ -787,5 +787,6 @@ class PostgresDurability(
         if self._background:  # lease releases of cancelled turns, before the pool goes
             await asyncio.wait(self._background, timeout=self._release_timeout + 1)
         await self._stop_listener()
+        await self._lanes.close()
         if self._owns_pool:
             await self._pool.close()

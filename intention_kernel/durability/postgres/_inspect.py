@@ -21,6 +21,7 @@ from ...contracts.inspect import LeaseInfo, PruneReport, SchemaInfo, StoreStatus
 from .._documents import PRUNED_TURN, head_problem
 from ..engine import ThreadQuery
 from ._errors import translated
+from ._lanes import Lanes
 from ._schema import MIGRATIONS
 
 __all__ = ["PostgresInspection", "awaits_operator", "lease_free", "schema_info_of"]
@@ -142,7 +143,7 @@ class PostgresInspection:
     schema: str
 
     if TYPE_CHECKING:
-        _pool: Any
+        _lanes: Lanes
 
     @property
     def _s(self) -> str:
@@ -159,8 +160,9 @@ class PostgresInspection:
     async def storage_list_threads(self, query: ThreadQuery) -> list[ThreadSummary]:
         s = self._s
         with translated():
-            rows = await self._pool.fetch(
-                f"""
+            rows = await self._lanes.run(
+                lambda conn: conn.fetch(
+                    f"""
                 WITH chosen AS ({_chosen(s, query)})
                 SELECT c.thread_id, h.revision, h.turn_id, h.pending_interaction,
                        head.doc #>> '{{checkpoint,agent_fingerprint}}' AS fingerprint,
@@ -180,7 +182,8 @@ class PostgresInspection:
                   ) head ON true
                  ORDER BY c.thread_id
                 """,
-                *_arguments(query),
+                    *_arguments(query),
+                )
             )
         return [
             ThreadSummary(
@@ -206,7 +209,7 @@ class PostgresInspection:
     async def storage_status(self) -> StoreStatus:
         s = self._s
         with translated():
-            async with self._pool.acquire() as conn:
+            async with self._lanes.connection() as conn:
                 info = await schema_info_of(conn, self.schema)
                 row = await conn.fetchrow(
                     f"""SELECT
@@ -242,15 +245,17 @@ class PostgresInspection:
         )
 
     async def storage_schema_info(self) -> SchemaInfo:
-        async with self._pool.acquire() as conn:
+        async with self._lanes.connection() as conn:
             return await schema_info_of(conn, self.schema)
 
     async def storage_lease_info(self, thread_id: str) -> LeaseInfo:
         with translated():
-            row = await self._pool.fetchrow(
-                f"SELECT owner, epoch, expires_at, expires_at > now() AS held"
-                f" FROM {self._s}.leases WHERE thread_id = $1",
-                thread_id,
+            row = await self._lanes.run(
+                lambda conn: conn.fetchrow(
+                    f"SELECT owner, epoch, expires_at, expires_at > now() AS held"
+                    f" FROM {self._s}.leases WHERE thread_id = $1",
+                    thread_id,
+                )
             )
         if row is None:
             return LeaseInfo(thread_id=thread_id, held=False, mechanism="lease row")
@@ -269,7 +274,7 @@ class PostgresInspection:
         s = self._s
         report = PruneReport(cutoff=older_than, dry_run=dry_run)
         with translated():
-            async with self._pool.acquire() as conn, conn.transaction():
+            async with self._lanes.connection() as conn, conn.transaction():
                 rows = await conn.fetch(
                     f"""SELECT t.thread_id, t.turn_id,
                            EXISTS (SELECT 1 FROM {s}.heads h WHERE h.thread_id = t.thread_id
