@@ -329,8 +329,8 @@ class LostAnswer:
         self.lanes, self.commit_sql, self.side, self.schema = lanes, commit_sql, side, schema
         self.armed = True
 
-    async def run(self, call: Any) -> Any:
-        return await self.lanes.run(lambda conn: call(_Answering(conn, self)))
+    async def run(self, call: Any, seconds: float) -> Any:
+        return await self.lanes.run(lambda conn, t: call(_Answering(conn, self), t), seconds)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.lanes, name)

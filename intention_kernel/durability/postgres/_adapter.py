@@ -281,20 +281,17 @@ class PostgresDurability(
     # Each is bounded by ``statement_timeout`` (``bounded``): a session holding a row lock
     # or an exhausted pool ends the statement with a retryable STORE_BUSY, never a hang.
 
-    # The hot statements leave out asyncpg's own ``timeout``: ``bounded`` already ends them
-    # at the same moment, and its cancel makes asyncpg cancel the statement on the server
-    # just as its own timer would (one timer fewer per statement).
-
     async def _fetchrow(self, sql: str, *args: Any) -> Any:
         run = self._lanes.run
         return await bounded(
-            lambda t: run(lambda c: c.fetchrow(sql, *args)), self.statement_timeout
+            lambda t: run(lambda c, t: c.fetchrow(sql, *args, timeout=t), t),
+            self.statement_timeout,
         )
 
     async def _fetch(self, sql: str, *args: Any) -> list[Any]:
         run = self._lanes.run
         rows: list[Any] = await bounded(
-            lambda t: run(lambda c: c.fetch(sql, *args, timeout=t)), self.statement_timeout
+            lambda t: run(lambda c, t: c.fetch(sql, *args, timeout=t), t), self.statement_timeout
         )
         return rows
 
@@ -302,7 +299,7 @@ class PostgresDurability(
         """Run one statement; the row count of its status tag (``UPDATE 3`` -> 3)."""
         run = self._lanes.run
         status: str = await bounded(
-            lambda t: run(lambda c: c.execute(sql, *args, timeout=t)),
+            lambda t: run(lambda c, t: c.execute(sql, *args, timeout=t), t),
             deadline or self.statement_timeout,
         )
         tail = status.rsplit(" ", 1)[-1]
@@ -327,19 +324,27 @@ class PostgresDurability(
         both reported by the server on every connection since PostgreSQL 14)."""
         sql = self._sql
 
-        async def statement(conn: Any) -> Any:
+        async def statement(conn: Any, seconds: float) -> Any:
             settings = conn.get_settings()
             if (
                 getattr(settings, "default_transaction_read_only", "off") == "on"
                 or getattr(settings, "in_hot_standby", "off") == "on"
             ):
-                return _ReadOnly(await conn.fetchrow(sql.replay, thread_id, turn_id))
+                return _ReadOnly(
+                    await conn.fetchrow(sql.replay, thread_id, turn_id, timeout=seconds)
+                )
             return await conn.fetchrow(
-                sql.acquire, thread_id, turn_id, owner, self.lease_settings.ttl, True
+                sql.acquire,
+                thread_id,
+                turn_id,
+                owner,
+                self.lease_settings.ttl,
+                True,
+                timeout=seconds,
             )
 
         run = self._lanes.run
-        return await bounded(lambda t: run(statement), self.statement_timeout)
+        return await bounded(lambda t: run(statement, t), self.statement_timeout)
 
     async def _try_acquire(
         self, thread_id: str, turn_id: str, *, skip_committed: bool

@@ -172,19 +172,20 @@ def _timed_out(seconds: float) -> DurabilityError:
 
 
 async def bounded(statement: Callable[[float], Awaitable[T]], seconds: float) -> T:
-    """``retrying(statement)``, all of it within ``seconds``, the wait for a pooled connection
+    """``retrying(statement)``, all of it within ``seconds``, the wait for a connection
     included: a row lock held by a stuck session or an exhausted pool must not hang a turn.
 
-    ``statement`` gets ``seconds`` for asyncpg's per-call timeout (which also cancels the
-    statement on the server). A timeout is ``STORE_BUSY``, retryable; for a write its outcome
-    is unknown, like a lost connection (the retry finds a commit that did happen).
+    ``statement(t)`` must end within ``t`` seconds, what is left of ``seconds`` for that
+    attempt: asyncpg's per-call timeout (which also cancels the statement on the server) and
+    the lanes' bounded wait (one timer a statement, not a timeout scope around it). A timeout
+    is ``STORE_BUSY``, retryable; for a write its outcome is unknown, like a lost connection
+    (the retry finds a commit that did happen).
     """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
     try:
-        async with asyncio.timeout(seconds):
-            return await retrying(lambda: statement(seconds))
-    except TimeoutError as exc:
-        raise _timed_out(seconds) from exc
+        return await retrying(lambda: statement(max(deadline - loop.time(), 0.001)))
     except DurabilityError as exc:
-        if isinstance(exc.__cause__, TimeoutError):  # asyncpg's own timeout fired first
+        if isinstance(exc.__cause__, TimeoutError):
             raise _timed_out(seconds) from exc.__cause__
         raise

@@ -160,8 +160,8 @@ class PostgresInspection:
     async def storage_list_threads(self, query: ThreadQuery) -> list[ThreadSummary]:
         s = self._s
         with translated():
-            rows = await self._lanes.run(
-                lambda conn: conn.fetch(
+            async with self._lanes.connection() as conn:
+                rows = await conn.fetch(
                     f"""
                 WITH chosen AS ({_chosen(s, query)})
                 SELECT c.thread_id, h.revision, h.turn_id, h.pending_interaction,
@@ -184,7 +184,6 @@ class PostgresInspection:
                 """,
                     *_arguments(query),
                 )
-            )
         return [
             ThreadSummary(
                 thread_id=r["thread_id"],
@@ -250,13 +249,12 @@ class PostgresInspection:
 
     async def storage_lease_info(self, thread_id: str) -> LeaseInfo:
         with translated():
-            row = await self._lanes.run(
-                lambda conn: conn.fetchrow(
+            async with self._lanes.connection() as conn:
+                row = await conn.fetchrow(
                     f"SELECT owner, epoch, expires_at, expires_at > now() AS held"
                     f" FROM {self._s}.leases WHERE thread_id = $1",
                     thread_id,
                 )
-            )
         if row is None:
             return LeaseInfo(thread_id=thread_id, held=False, mechanism="lease row")
         held = bool(row["held"])

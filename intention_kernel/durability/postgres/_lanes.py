@@ -60,11 +60,23 @@ class Lanes:
 
     # ---------------------------------------------------------------- statements
 
-    async def run(self, call: Callable[[Any], Awaitable[T]]) -> T:
-        """``call(connection)`` on a lane: one statement, or several in a transaction block."""
-        conn = await self._lane()
+    async def run(self, call: Callable[[Any, float], Awaitable[T]], seconds: float) -> T:
+        """``call(connection, seconds left)`` on a lane, within ``seconds``, the wait for a lane
+        included (``call`` bounds its statements by the seconds it is given: one timer a
+        statement, asyncpg's own, instead of a timeout scope around it)."""
+        idle = self._idle
+        if idle:
+            conn = idle.pop()
+            if len(idle) < self._spare:
+                self._spare = len(idle)
+        else:
+            loop = asyncio.get_running_loop()
+            start = loop.time()
+            async with asyncio.timeout(seconds):
+                conn = await self._take()
+            seconds = max(seconds - (loop.time() - start), 0.001)
         try:
-            result = await call(conn)
+            result = await call(conn, seconds)
         except BaseException as exc:
             self._after_error(conn, exc)
             raise
