@@ -228,3 +228,51 @@ async def _interleaving(dsn: str, plan: list[Step], size: int) -> None:
         assert store._lanes._open == 0
     finally:
         await drop_schema(dsn, schema)
+
+
+# A server that closes the store's connections (a restart, an operator's pg_terminate_backend).
+
+
+async def terminate_store_backends(dsn: str, application_name: str) -> int:
+    conn = await asyncpg.connect(dsn)
+    try:
+        return int(
+            await conn.fetchval(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                " WHERE application_name = $1",
+                application_name,
+            )
+        )
+    finally:
+        await conn.close()
+
+
+async def test_idle_connections_the_server_closed_are_dropped_not_used(
+    dsn: str, schema: str
+) -> None:
+    app = f"ik-lanes-{schema}"
+    store = await open_store(dsn, schema, max_size=3, application_name=app)
+    await asyncio.gather(*(commit_simple(store, f"t{i}", "turn-1") for i in range(6)))
+    assert store._lanes._idle
+    assert await terminate_store_backends(dsn, app) >= 1
+    await asyncio.sleep(0.2)  # the client has seen the connections close
+    for i in range(6):  # no turn pays for a connection that was closed while idle
+        await commit_simple(store, f"t{i}", "turn-2")
+    consistent(store)
+    await store.close()
+
+
+async def test_connections_closed_under_statements_are_never_lost(dsn: str, schema: str) -> None:
+    app = f"ik-lanes-{schema}"
+    store = await open_store(dsn, schema, max_size=2, application_name=app)
+    for _ in range(4):  # more rounds than connections: a lost place would starve the store
+        running = [asyncio.ensure_future(store._fetchrow(SLEEP, 5.0)) for _ in range(2)]
+        await asyncio.sleep(0.3)
+        assert await terminate_store_backends(dsn, app) >= 1
+        outcomes = await asyncio.gather(*running, return_exceptions=True)
+        assert all(isinstance(o, DurabilityError) and o.retryable for o in outcomes), outcomes
+        consistent(store)
+    async with asyncio.timeout(5):
+        await commit_simple(store, "t1", "turn-1")
+    assert store._lanes._open <= 2
+    await store.close()

@@ -64,12 +64,8 @@ class Lanes:
         """``call(connection, seconds left)`` on a lane, within ``seconds``, the wait for a lane
         included (``call`` bounds its statements by the seconds it is given: one timer a
         statement, asyncpg's own, instead of a timeout scope around it)."""
-        idle = self._idle
-        if idle:
-            conn = idle.pop()
-            if len(idle) < self._spare:
-                self._spare = len(idle)
-        else:
+        conn = self._idle_lane()
+        if conn is None:
             loop = asyncio.get_running_loop()
             start = loop.time()
             async with asyncio.timeout(seconds):
@@ -86,7 +82,7 @@ class Lanes:
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[Any]:
         """A lane for a block of statements, given back after the block."""
-        conn = await self._lane()
+        conn = self._idle_lane() or await self._take()
         try:
             yield conn
         except BaseException as exc:
@@ -96,14 +92,19 @@ class Lanes:
 
     # ---------------------------------------------------------------- taking and giving
 
-    async def _lane(self) -> Any:
+    def _idle_lane(self) -> Any:
+        """The most recently used idle lane that is still open, or ``None``. A connection the
+        server closed meanwhile (a restart) is already back in asyncpg's pool, which opens a
+        new one on its next checkout: it is dropped here, never handed to a statement."""
         idle = self._idle
-        if not idle:
-            return await self._take()
-        conn = idle.pop()
-        if len(idle) < self._spare:
-            self._spare = len(idle)
-        return conn
+        while idle:
+            conn = idle.pop()
+            if len(idle) < self._spare:
+                self._spare = len(idle)
+            if _usable(conn):
+                return conn
+            self._return(conn)
+        return None
 
     async def _take(self) -> Any:
         """A lane when none is idle: a new one from the pool, or the next one given back."""
@@ -124,8 +125,10 @@ class Lanes:
                     self._open -= 1
                     self._pass_place()
                 raise
-            if conn is not None:
+            if conn is not None and _usable(conn):
                 return conn
+            if conn is not None:  # closed meanwhile: this waiter opens a new one in its place
+                self._discard(conn)
             # ``None``: a lane went back to the pool; its place is this waiter's.
         else:
             self._open += 1
@@ -155,22 +158,22 @@ class Lanes:
         """A server refusal leaves the connection idle and usable; anything else may have left
         a statement running or the connection broken: the pool decides (it waits for asyncpg's
         cancellation, resets or closes)."""
-        if (
-            isinstance(exc, asyncpg.PostgresError)
-            and not conn.is_closed()
-            and not conn.is_in_transaction()
-        ):
+        if isinstance(exc, asyncpg.PostgresError) and _usable(conn, idle=True):
             self._give(conn)
         else:
             self._return(conn)
 
     def _return(self, conn: Any) -> None:
-        """Back to the pool, in a task a cancellation of the caller cannot stop."""
+        """Back to the pool; its place among the lanes goes to the first waiter."""
         self._open -= 1
+        self._discard(conn)
+        self._pass_place()
+
+    def _discard(self, conn: Any) -> None:
+        """Release ``conn`` to the pool in a task a cancellation of the caller cannot stop."""
         task = asyncio.get_running_loop().create_task(self._release(conn))
         self._returns.add(task)
         task.add_done_callback(self._returns.discard)
-        self._pass_place()
 
     async def _release(self, conn: Any) -> None:
         with contextlib.suppress(Exception):  # the pool already closed or terminated it
@@ -205,3 +208,13 @@ class Lanes:
             self._return(self._idle.pop())
         if self._returns:
             await asyncio.wait(self._returns)
+
+
+def _usable(conn: Any, *, idle: bool = False) -> bool:
+    """Whether ``conn`` is still open and still the store's (with ``idle``: and outside a
+    transaction). asyncpg detaches a pooled connection when the server closes it, and a
+    detached one raises ``InterfaceError`` on every call: it is not the store's any more."""
+    try:
+        return not conn.is_closed() and not (idle and conn.is_in_transaction())
+    except asyncpg.InterfaceError:
+        return False
