@@ -25,18 +25,28 @@ from _capture import _TOKEN, Call
 __all__ = ["Replayer"]
 
 
+Template = tuple[Any, ...]
+"""How to build one argument for a turn, decided once from the recorded value (see ``_compile``)."""
+
+
 class Replayer:
+    """Sends one recorded turn again, each argument built from a template made once (so the
+    floor pays a join of a few pieces per argument, not a scan of the recorded texts)."""
+
     def __init__(self, calls: list[Call], *, thread_id: str, turn_id: str, loaded_revision: int):
-        self.calls = calls
         self.thread_id = thread_id
         self.turn_id = turn_id
         self.loaded = loaded_revision
         self.pattern = re.compile(
             "|".join([re.escape(thread_id), re.escape(turn_id), _TOKEN.pattern])
         )
+        self.tokens: dict[str, tuple[int, bool, int]] = {}
         # Integers a statement returned that later statements send back: (call, column).
         self.returned: dict[int, tuple[int, str]] = {}
+        self.statements: list[tuple[str, str, list[Template]]] = []
         for index, call in enumerate(calls):
+            args = [self._compile(a, True, index) for a in call.args]
+            self.statements.append((call.method, call.query, args))
             if call.method == "fetchrow" and call.result is not None:
                 seen: dict[int, list[str]] = {}
                 for name, value in dict(call.result).items():
@@ -46,56 +56,78 @@ class Replayer:
                     if len(names) == 1:
                         self.returned.setdefault(value, (index, names[0]))
 
-    def _string(self, text: str, thread: str, turn: str, tokens: dict[str, str]) -> str:
-        def swap(match: re.Match[str]) -> str:
-            found = match.group(0)
-            if found == self.thread_id:
-                return thread
-            if found == self.turn_id:
-                return turn
-            if found not in tokens:
-                tokens[found] = (
-                    str(uuid.uuid4()) if "-" in found else os.urandom(16).hex()[: len(found)]
-                )
-            return tokens[found]
-
-        return self.pattern.sub(swap, text)
-
-    def _value(
-        self,
-        value: Any,
-        top: bool,
-        thread: str,
-        n: int,
-        tokens: dict[str, str],
-        rows: list[Any],
-    ) -> Any:
+    def _compile(self, value: Any, top: bool, index: int) -> Template:
         if isinstance(value, bool) or value is None or isinstance(value, float):
-            return value
+            return ("const", value)
         if isinstance(value, int):
             if not top:
-                return value
-            index, column = self.returned.get(value, (len(rows), ""))
-            if index < len(rows):  # returned by a statement sent before this one
-                return rows[index][column]
+                return ("const", value)
+            if value in self.returned:  # returned by a statement sent before this one
+                return ("returned", *self.returned[value])
             if value == self.loaded:
-                return n
+                return ("n", 0)
             if value == self.loaded + 1:
-                return n + 1
-            return value
+                return ("n", 1)
+            return ("const", value)
         if isinstance(value, str):
-            return self._string(value, thread, f"t{n}", tokens)
+            return ("text", self._pieces(value))
         if isinstance(value, dt.datetime):
-            return dt.datetime.now(dt.UTC)
+            return ("now",)
         if isinstance(value, list | tuple):
-            return [self._value(v, False, thread, n, tokens, rows) for v in value]
-        return value
+            return ("list", [self._compile(v, False, index) for v in value])
+        return ("const", value)
+
+    def _pieces(self, text: str) -> list[tuple[str, Any]]:
+        pieces: list[tuple[str, Any]] = []
+        last = 0
+        for match in self.pattern.finditer(text):
+            if match.start() > last:
+                pieces.append(("lit", text[last : match.start()]))
+            found = match.group(0)
+            if found == self.thread_id:
+                pieces.append(("thread", None))
+            elif found == self.turn_id:
+                pieces.append(("turn", None))
+            else:
+                token = self.tokens.setdefault(found, (len(self.tokens), "-" in found, len(found)))
+                pieces.append(("token", token))
+            last = match.end()
+        if last < len(text) or not pieces:
+            pieces.append(("lit", text[last:]))
+        return pieces
+
+    def _build(self, template: Template, values: dict[str, Any], rows: list[Any]) -> Any:
+        kind = template[0]
+        if kind == "const":
+            return template[1]
+        if kind == "text":
+            out = []
+            for piece, arg in template[1]:
+                if piece == "lit":
+                    out.append(arg)
+                elif piece == "token":
+                    key, is_uuid, length = arg
+                    if key not in values:
+                        values[key] = (
+                            str(uuid.uuid4()) if is_uuid else os.urandom(16).hex()[:length]
+                        )
+                    out.append(values[key])
+                else:
+                    out.append(values[piece])
+            return "".join(out)
+        if kind == "n":
+            return values["n"] + template[1]
+        if kind == "returned":
+            return rows[template[1]][template[2]]
+        if kind == "now":
+            return dt.datetime.now(dt.UTC)
+        return [self._build(t, values, rows) for t in template[1]]
 
     async def turn(self, conn: Any, thread: str, n: int) -> None:
         """Send the recorded statements for turn ``t<n>`` of ``thread`` (which loads revision
         ``n``)."""
-        tokens: dict[str, str] = {}
+        values: dict[Any, Any] = {"thread": thread, "turn": f"t{n}", "n": n}
         rows: list[Any] = []
-        for call in self.calls:
-            args = [self._value(a, True, thread, n, tokens, rows) for a in call.args]
-            rows.append(await getattr(conn, call.method)(call.query, *args))
+        for method, query, templates in self.statements:
+            args = [self._build(t, values, rows) for t in templates]
+            rows.append(await getattr(conn, method)(query, *args))

@@ -176,6 +176,13 @@ async def _floor_child(spec: dict[str, Any]) -> None:
     await asyncio.gather(*(client(i) for i in range(len(threads))))
     elapsed = time.monotonic() - started
     cpu = cpu_seconds(resource.getrusage(resource.RUSAGE_SELF)) - cpu_seconds(usage)
+    # Every replayed turn must have committed (a statement that silently did nothing would make
+    # the floor look cheap): each thread holds its seed turn and the turns counted.
+    stored = await conns[0].fetchval(
+        f'SELECT count(*) FROM "{SCHEMA}".turns WHERE thread_id = ANY($1::text[])', threads
+    )
+    if stored != sum(counts) + len(threads):
+        raise RuntimeError(f"the floor committed {stored} turns, expected {sum(counts)} + seeds")
     report = {"turns": sum(counts), "seconds": elapsed, "cpu": cpu, "errors": []}
     print(json.dumps({**report, "statements": len(calls) * sum(counts)}), flush=True)
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)  # "exit"
