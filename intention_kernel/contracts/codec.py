@@ -32,7 +32,7 @@ from typing import Annotated, Any
 
 from pydantic import JsonValue, ValidationError, ValidationInfo, ValidatorFunctionWrapHandler
 from pydantic import WrapValidator as _WrapValidator
-from pydantic_core import PydanticSerializationError, to_json
+from pydantic_core import PydanticSerializationError, from_json, to_json
 
 from .errors import ConfigurationError, ErrorCode, SerializationError
 
@@ -323,7 +323,27 @@ def encode(
 
 def check(value: Any, *, limits: JsonLimits = DEFAULT_LIMITS, what: str = "value") -> None:
     """Refuse ``value`` exactly as ``encode`` would (it is not kept)."""
-    _encode(value, limits, what)
+    if not _passes(value, limits):
+        _encode(value, limits, what)
+
+
+def _passes(value: Any, limits: JsonLimits) -> bool:
+    """The common case of ``check`` in Rust, about twice as fast: pydantic-core serializes and
+    parses ``value``, and equality with the original proves nothing was converted (a non-string
+    key, a set, a date, bytes, a tuple all come back different). The bytes are verified as
+    ``encode_model``'s are, and only a value well under the size limit passes here (the
+    serializers format some floats differently); anything else takes ``encode``'s path, which
+    accepts it or raises the precise error."""
+    try:
+        raw = to_json(value, inf_nan_mode="constants")
+    except (PydanticSerializationError, ValueError, TypeError, RecursionError):
+        return False
+    if len(raw) > limits.max_bytes // 2 or not _verified(raw, limits):
+        return False
+    try:
+        return bool(from_json(raw) == value)
+    except Exception:  # a comparison the value's own type refuses: the precise path decides
+        return False
 
 
 def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

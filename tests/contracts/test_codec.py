@@ -1,12 +1,14 @@
 from __future__ import annotations
 
+import dataclasses
+import enum
 import math
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
@@ -17,6 +19,7 @@ from intention_kernel.contracts.codec import (
     StoredJsonObject,
     _check,
     canonical_json,
+    check,
     decode,
     encode,
     fingerprint,
@@ -231,3 +234,45 @@ def test_model_json_fields_follow_the_codec_rule() -> None:
     with pytest.raises(SerializationError) as deep:
         _Doc(value=nested(5000))
     assert deep.value.code == ErrorCode.VALUE_TOO_DEEP
+
+
+class _Colour(enum.StrEnum):
+    RED = "red"
+
+
+@dataclasses.dataclass
+class _Point:
+    x: int
+
+
+hostile_values = st.recursive(
+    awkward_values
+    | st.sampled_from(
+        [{1, 2}, frozenset(), b"x", datetime(2020, 1, 1), Decimal("1.5"), _Colour.RED, _Point(1)]
+    ),
+    lambda children: (
+        st.lists(children, max_size=3)
+        | st.tuples(children)
+        | st.dictionaries(st.text(max_size=3) | st.integers() | st.booleans(), children, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=400)
+@given(hostile_values, st.integers(1, 6), st.sampled_from([16, 64, 10_000]))
+@example(["abcdefgh", "abcdefghij"], 3, 16)  # too large, and nothing else wrong with it
+@example({1: "a"}, 3, 10_000)  # a key that would come back as "1"
+def test_check_refuses_exactly_as_encode_would(value: Any, depth: int, max_bytes: int) -> None:
+    limits = JsonLimits(max_depth=depth, max_bytes=max_bytes)
+    expected: ErrorCode | None = None
+    try:
+        encode(value, limits=limits)
+    except SerializationError as refused:
+        expected = refused.code
+    if expected is None:
+        check(value, limits=limits)
+        return
+    with pytest.raises(SerializationError) as caught:
+        check(value, limits=limits)
+    assert caught.value.code == expected
