@@ -151,7 +151,7 @@ class PostgresDurability(
                 context={"setting": "statement_timeout"},
             )
         self.statement_timeout = float(statement_timeout)
-        """Longest any statement (with its wait for a pooled connection) may take."""
+        """Longest any statement (with its wait for a connection) may take."""
         self._pool = pool
         self._lanes = Lanes(pool)
         self._owns_pool = owns_pool
@@ -281,32 +281,31 @@ class PostgresDurability(
     # Each is bounded by ``statement_timeout`` (``bounded``): a session holding a row lock
     # or an exhausted pool ends the statement with a retryable STORE_BUSY, never a hang.
 
-    async def _fetchrow(self, sql: str, *args: Any) -> Any:
+    async def _statement(
+        self, method: str, sql: str, args: tuple[Any, ...], deadline: float | None = None
+    ) -> Any:
+        """``connection.<method>(sql, *args)`` on a lane, within the statement budget."""
         run = self._lanes.run
         return await bounded(
-            lambda t: run(lambda c, t: c.fetchrow(sql, *args, timeout=t), t),
-            self.statement_timeout,
+            lambda t: run(lambda c, t: getattr(c, method)(sql, *args, timeout=t), t),
+            deadline or self.statement_timeout,
         )
 
+    async def _fetchrow(self, sql: str, *args: Any) -> Any:
+        return await self._statement("fetchrow", sql, args)
+
     async def _fetch(self, sql: str, *args: Any) -> list[Any]:
-        run = self._lanes.run
-        rows: list[Any] = await bounded(
-            lambda t: run(lambda c, t: c.fetch(sql, *args, timeout=t), t), self.statement_timeout
-        )
+        rows: list[Any] = await self._statement("fetch", sql, args)
         return rows
 
     async def _execute_status(self, sql: str, *args: Any, deadline: float | None = None) -> int:
         """Run one statement; the row count of its status tag (``UPDATE 3`` -> 3)."""
-        run = self._lanes.run
-        status: str = await bounded(
-            lambda t: run(lambda c, t: c.execute(sql, *args, timeout=t), t),
-            deadline or self.statement_timeout,
-        )
+        status: str = await self._statement("execute", sql, args, deadline)
         tail = status.rsplit(" ", 1)[-1]
         return int(tail) if tail.isdigit() else 0
 
     async def _execute(self, sql: str, *args: Any, deadline: float | None = None) -> None:
-        await self._execute_status(sql, *args, deadline=deadline)
+        await self._statement("execute", sql, args, deadline)
 
     # ---------------------------------------------------------------- lease
 
