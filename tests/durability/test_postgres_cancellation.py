@@ -370,7 +370,7 @@ class _Answering:
 async def test_a_commit_retried_after_an_ambiguous_commit_succeeds(dsn: str, schema: str) -> None:
     store = await open_store(dsn, schema)
     side = await asyncpg.connect(dsn)
-    store._lanes = LostAnswer(store._lanes, store._sql.commit, side, schema)
+    store._lanes = LostAnswer(store._lanes, store._sql.commit, side, schema)  # type: ignore[assignment]
 
     async def operation(scope: TurnScope) -> DurableTurnResult:
         result = make_result(scope)
