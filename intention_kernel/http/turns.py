@@ -23,6 +23,7 @@ __all__ = [
     "stored_turn_json",
     "thread_body",
     "turn_body",
+    "user_input",
 ]
 
 
@@ -92,9 +93,9 @@ def thread_body(thread_id: str, checkpoint: KernelCheckpoint) -> dict[str, Any]:
     }
 
 
-def stored_turn_json(stored: DurableTurnResult) -> dict[str, Any]:
-    """One committed turn of the history: ids, the user's input and the stored answer."""
-    said = next(
+def user_input(stored: DurableTurnResult) -> str | None:
+    """What the user said in a committed turn, as its checkpoint recorded it (if it did)."""
+    return next(
         (
             m.text
             for m in stored.checkpoint.messages
@@ -102,6 +103,10 @@ def stored_turn_json(stored: DurableTurnResult) -> dict[str, Any]:
         ),
         None,
     )
+
+
+def stored_turn_json(stored: DurableTurnResult) -> dict[str, Any]:
+    """One committed turn of the history: ids, the user's input and the stored answer."""
     try:
         response: Any = response_json(Response.model_validate(stored.response))
     except ValidationError:
@@ -110,6 +115,6 @@ def stored_turn_json(stored: DurableTurnResult) -> dict[str, Any]:
         "turn_id": stored.turn_id,
         "revision": stored.checkpoint.revision,
         "trace_id": stored.trace_id,
-        "input": said,
+        "input": user_input(stored),
         "response": response,
     }

@@ -37,11 +37,13 @@ from ...contracts.errors import (
 from ...contracts.ids import validate_idempotency_key, validate_thread_id
 from ...contracts.inspect import StoreInspector, ThreadSummary
 from ...contracts.receipts import EffectReceipt, ReceiptStatus, ReconcileOutcome
+from ...contracts.turns import DurableTurnResult
 from ...kernel.compat import Compatibility
 from ...kernel.response import Response as TurnResponse
 from ...kernel.runtime import CompiledAgent
 from ...operations import age, compat_report, diagnose_thread, redact
 from ..auth import Authenticator, Authorizer, BearerTokens, Principal, allow_any, resolve
+from ..turns import user_input
 from .session import Session, SessionCodec, inspector_role
 
 __all__ = ["INSPECTOR_STATE", "ProviderKey", "create_inspector"]
@@ -477,15 +479,7 @@ def _number(request: Request, name: str) -> int | None:
     return int(raw)
 
 
-def _turn_row(stored: Any) -> dict[str, Any]:
-    said = next(
-        (
-            m.text
-            for m in stored.checkpoint.messages
-            if m.role == "user" and m.turn_id == stored.turn_id
-        ),
-        None,
-    )
+def _turn_row(stored: DurableTurnResult) -> dict[str, Any]:
     try:
         response = TurnResponse.model_validate(stored.response)
         text: str = response.text
@@ -497,7 +491,7 @@ def _turn_row(stored: Any) -> dict[str, Any]:
         "turn_id": stored.turn_id,
         "revision": stored.checkpoint.revision,
         "trace_id": stored.trace_id,
-        "input": said,
+        "input": user_input(stored),
         "response": text,
         "kind": kind,
         "steps": steps,
