@@ -327,16 +327,31 @@ def _head_clauses(query: ThreadQuery, args: list[Any]) -> list[str]:
     return clauses
 
 
+def _id_clauses(
+    alias: str, query: ThreadQuery, start: str, after: str, args: list[Any]
+) -> list[str]:
+    """SQL conditions on ``alias.thread_id``: the page (from ``start``, after ``after``), the
+    prefix, and no uncertain receipt when ``uncertain=False``; their arguments go to ``args``."""
+    clauses = [f"{alias}.thread_id >= ?", f"{alias}.thread_id > ?"]
+    args += [start, after]
+    if query.prefix:
+        clauses.append(f"substr({alias}.thread_id, 1, ?) = ?")
+        args += [len(query.prefix), query.prefix]
+    if query.uncertain is False:
+        clauses.append(
+            f"NOT EXISTS (SELECT 1 FROM ik_receipts AS o WHERE o.thread_id = {alias}.thread_id"
+            " AND o.status = 'uncertain')"
+        )
+    return clauses
+
+
 def _candidates(query: ThreadQuery, after: str) -> tuple[str, list[Any]]:
     """One page of candidate ``(thread_id, committed agent fingerprint)`` in id order."""
     start = max(after, query.prefix or "")
     if query.uncertain:
         # Few threads have open receipts: start from them (partial index).
-        args: list[Any] = [start, after]
-        clauses = ["r.status IN " + _OPEN, "r.thread_id >= ?", "r.thread_id > ?"]
-        if query.prefix:
-            clauses.append("substr(r.thread_id, 1, ?) = ?")
-            args += [len(query.prefix), query.prefix]
+        args: list[Any] = []
+        clauses = ["r.status IN " + _OPEN, *_id_clauses("r", query, start, after, args)]
         clauses += _head_clauses(query, args)
         sql = (
             "SELECT DISTINCT r.thread_id, h.agent_fingerprint FROM ik_receipts AS r"
@@ -345,16 +360,8 @@ def _candidates(query: ThreadQuery, after: str) -> tuple[str, list[Any]]:
             f" WHERE {' AND '.join(clauses)} ORDER BY r.thread_id LIMIT ?"
         )
         return sql, [*args, query.limit]
-    args = [start, after]
-    clauses = ["h.thread_id >= ?", "h.thread_id > ?"]
-    if query.prefix:
-        clauses.append("substr(h.thread_id, 1, ?) = ?")
-        args += [len(query.prefix), query.prefix]
-    if query.uncertain is False:
-        clauses.append(
-            "NOT EXISTS (SELECT 1 FROM ik_receipts AS o WHERE o.thread_id = h.thread_id"
-            " AND o.status = 'uncertain')"
-        )
+    args = []
+    clauses = _id_clauses("h", query, start, after, args)
     clauses += _head_clauses(query, args)
     sql = (
         f"SELECT h.thread_id, h.agent_fingerprint FROM ik_heads AS h WHERE {' AND '.join(clauses)}"
@@ -362,24 +369,14 @@ def _candidates(query: ThreadQuery, after: str) -> tuple[str, list[Any]]:
     head_only = query.pending or query.corrupt or query.fingerprint_not_in is not None
     if not head_only:
         # Threads with receipts and no head yet (a turn that ran effects, then failed).
-        args += [start, after]
         receipt = [
-            "r.thread_id >= ?",
-            "r.thread_id > ?",
+            *_id_clauses("r", query, start, after, args),
             "NOT EXISTS (SELECT 1 FROM ik_heads AS h WHERE h.thread_id = r.thread_id)",
             # One row per thread, found in primary key order (no sort, so the merge with the
             # heads stops at the page size).
             "r.idempotency_key = (SELECT min(k.idempotency_key) FROM ik_receipts AS k"
             " WHERE k.thread_id = r.thread_id)",
         ]
-        if query.prefix:
-            receipt.append("substr(r.thread_id, 1, ?) = ?")
-            args += [len(query.prefix), query.prefix]
-        if query.uncertain is False:
-            receipt.append(
-                "NOT EXISTS (SELECT 1 FROM ik_receipts AS o WHERE o.thread_id = r.thread_id"
-                " AND o.status = 'uncertain')"
-            )
         sql += (
             " UNION ALL SELECT r.thread_id, NULL FROM ik_receipts AS r"
             f" WHERE {' AND '.join(receipt)}"
