@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import secrets
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import Future
@@ -18,10 +19,10 @@ from typing import Any, TypeVar
 
 import httpx
 from selenium import webdriver
+from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.chrome.service import Service as ChromeService
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
-from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.wait import WebDriverWait
 
 from intention_kernel.contracts import DurabilityStore
@@ -221,12 +222,29 @@ def log_in(driver: WebDriver, live: Live, who: str, path: str = "/threads") -> N
 
 
 def navigate(driver: WebDriver, action: Callable[[], object]) -> None:
-    """Do ``action`` (a click, a key) and wait until the next page has replaced this one."""
-    old = driver.find_element(By.TAG_NAME, "html")
+    """Do ``action`` (a click, a key) and wait until the next page has replaced this one.
+
+    Why a marker on ``window`` rather than a stale element: while a document is being replaced,
+    chromedriver may answer a question about the old element with a generic error ("Node with
+    given id does not belong to the document") instead of "stale"; a new document simply lacks
+    the marker, and a question asked mid-replacement is asked again.
+    """
+    marker = secrets.token_hex(8)
+    driver.execute_script("window.__page = arguments[0]", marker)
     action()
-    wait = WebDriverWait(driver, 20)
-    wait.until(expected_conditions.staleness_of(old))
-    wait.until(lambda d: d.execute_script("return document.readyState") == "complete")
+
+    def arrived(d: WebDriver) -> bool:
+        try:
+            return bool(
+                d.execute_script(
+                    "return window.__page !== arguments[0] && document.readyState === 'complete'",
+                    marker,
+                )
+            )
+        except WebDriverException:  # the old document is going away: ask again
+            return False
+
+    WebDriverWait(driver, 20).until(arrived)
 
 
 def session_client(live: Live, who: str) -> tuple[httpx.Client, str]:
