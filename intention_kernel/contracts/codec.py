@@ -262,7 +262,14 @@ def _verified(raw: bytes, limits: JsonLimits) -> bool:
     path, which refuses it; so does an escaped NUL, a long run of digits (maybe an integer out
     of range) or nesting deeper than the limit.
     """
-    if b"NaN" in raw or b"Infinity" in raw or b"\\u0000" in raw or _long_digits(raw):
+    # A one-byte search (memchr) is ~20x faster than a longer one: look for a token's first
+    # byte before the token.
+    if (
+        (b"N" in raw and b"NaN" in raw)
+        or (b"I" in raw and b"Infinity" in raw)
+        or (b"\\" in raw and b"\\u0000" in raw)
+        or _long_digits(raw)
+    ):
         return False
     depth_bound = raw.count(b"[") + raw.count(b"{")
     return depth_bound <= limits.max_depth or _nesting(raw) <= limits.max_depth
