@@ -11,6 +11,7 @@ process exits with status 0 after a graceful stop.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import signal
 import socket
 import threading
@@ -19,15 +20,28 @@ from collections.abc import Generator
 import uvicorn
 from starlette.applications import Starlette
 
+from ..contracts.errors import ConfigurationError
 from .app import SERVICE_STATE, Service
 
 __all__ = ["Server", "server_config"]
 
+_PARSER = "httptools"
+"""uvicorn's HTTP/1.1 implementation the service runs with: llhttp refuses a request that
+declares both ``Content-Length`` and ``Transfer-Encoding`` (and closes its connection), where
+h11, uvicorn's fallback, reads it as chunked and serves what follows as another request."""
+
 
 def server_config(app: Starlette, *, host: str, port: int, **options: object) -> uvicorn.Config:
-    """A uvicorn configuration for ``app`` with a shutdown backstop past its grace."""
+    """A uvicorn configuration for ``app`` with a shutdown backstop past its grace, parsing
+    HTTP/1.1 with httptools (``_PARSER``; another ``http=`` is the caller's choice)."""
     service: Service = getattr(app.state, SERVICE_STATE)
     options.setdefault("timeout_graceful_shutdown", int(service.shutdown_grace) + 10)
+    options.setdefault("http", _PARSER)
+    if options["http"] == _PARSER and importlib.util.find_spec("httptools") is None:
+        raise ConfigurationError(
+            "the HTTP service parses requests with httptools: pip install 'intention-kernel[http]'",
+            context={"setting": "http"},
+        )
     options.setdefault("log_level", "info")
     return uvicorn.Config(app, host=host, port=port, lifespan="on", **options)  # type: ignore[arg-type]
 
