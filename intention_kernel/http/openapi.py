@@ -171,8 +171,12 @@ def openapi_document() -> dict[str, Any]:
         "413": _problem("PAYLOAD_TOO_LARGE"),
         "422": _problem("INVALID_INPUT, INVALID_TEXT, INVALID_SELECTION"),
         "500": _problem("INTERNAL"),
+        "502": _problem("MODEL_GATEWAY_FAILED: the model provider's answer is final"),
         "503": {
-            **_problem("TURN_TIMEOUT, LOCK_TIMEOUT, SHUTTING_DOWN: retry with the same key"),
+            **_problem(
+                "TURN_TIMEOUT, LOCK_TIMEOUT, SHUTTING_DOWN, MODEL_GATEWAY_FAILED: retry with the"
+                " same key"
+            ),
             "headers": _RETRY_AFTER,
         },
     }

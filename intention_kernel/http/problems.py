@@ -4,12 +4,17 @@ Why one mapping: a client branches on ``code`` and ``retryable``, and a retrying
 told the same thing for the same condition whichever route hit it. A ``KernelError``'s message
 is safe to show (it never holds payloads or driver output); anything else is a bug, logged here
 and answered as ``INTERNAL`` with no detail, so no traceback or internal text reaches a client.
+A ``ModelGatewayError``'s message is the exception: it quotes the provider and names the
+service's configuration (the key's environment variable), which is the operator's business, so
+it is logged and the client gets a fixed text, 502 when the provider's answer is final and 503
+with the provider's ``Retry-After`` when it may pass.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 from typing import Any
 
 from starlette.responses import Response
@@ -54,6 +59,7 @@ _TITLES = {
     415: "Unsupported media type",
     422: "Unprocessable content",
     500: "Internal error",
+    502: "Bad gateway",
     503: "Service unavailable",
 }
 
@@ -148,9 +154,50 @@ def _from_kernel(exc: KernelError) -> HttpProblem:
             f"a write of this turn is being verified; it is never repeated: {RETRY_SAME_KEY} later",
             retryable=True,
         )
-    if isinstance(exc, ModelGatewayError) or exc.retryable:
+    if isinstance(exc, ModelGatewayError):
+        return _from_gateway(exc)
+    if exc.retryable:
         return HttpProblem(503, str(code), f"{exc.message}; {RETRY_SAME_KEY}", retryable=True)
     return HttpProblem(500, str(code), exc.message)
+
+
+def _from_gateway(exc: ModelGatewayError) -> HttpProblem:
+    """502 (final: a rejected key, a bad request, a used-up quota) or 503 with the wait the
+    provider asked for; the provider's text and the configuration hint go to the log only."""
+    context = exc.context
+    logger.log(
+        logging.WARNING if exc.retryable else logging.ERROR,
+        "model gateway failed (%s, retryable=%s, kind=%s, status=%s, provider=%s, task=%s): %s",
+        exc.code,
+        exc.retryable,
+        context.get("kind"),
+        context.get("status"),
+        context.get("provider"),
+        context.get("task"),
+        exc.message,
+    )
+    if not exc.retryable:
+        return HttpProblem(
+            502,
+            str(exc.code),
+            "the model provider refused this turn; retrying the same request will not help"
+            " (the cause is in the service's log)",
+        )
+    return HttpProblem(
+        503,
+        str(exc.code),
+        f"the model provider is unavailable for now; {RETRY_SAME_KEY}",
+        retryable=True,
+        headers={"Retry-After": str(_retry_after_seconds(context.get("retry_after")))},
+    )
+
+
+def _retry_after_seconds(asked: object) -> int:
+    """``Retry-After`` for a wait the provider asked for: whole seconds, rounded up, at least
+    ``RETRY_AFTER_SECONDS`` (also when it asked for none or for something unusable)."""
+    if isinstance(asked, bool) or not isinstance(asked, int | float) or not math.isfinite(asked):
+        return RETRY_AFTER_SECONDS
+    return max(RETRY_AFTER_SECONDS, math.ceil(asked))
 
 
 def problem_for(exc: BaseException) -> HttpProblem:

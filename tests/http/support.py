@@ -15,7 +15,12 @@ import httpx
 from starlette.applications import Starlette
 
 from intention_kernel.contracts import DurabilityStore
-from intention_kernel.contracts.gateway import ModelOutputDelta, ModelRequest, ModelResponse
+from intention_kernel.contracts.gateway import (
+    ModelGateway,
+    ModelOutputDelta,
+    ModelRequest,
+    ModelResponse,
+)
 from intention_kernel.examples.travel_desk import FakeHotelProvider, compile_desk, scripted_model
 from intention_kernel.http import BearerTokens, Server, create_app, server_config
 from intention_kernel.http.app import SERVICE_STATE, Service
@@ -165,10 +170,12 @@ class QuietServer(Server):
         yield
 
 
-def make_desk(store: DurabilityStore) -> Desk:
-    model = GatedModel(scripted_model())
+def make_desk(store: DurabilityStore, *, model: ModelGateway | None = None) -> Desk:
+    """The travel desk on ``store`` with the scripted model that can be held, or ``model``."""
+    gated = GatedModel(scripted_model())
     provider = GatedProvider()
-    return Desk(store, model, provider, compile_desk(store, model=model, provider=provider))
+    agent = compile_desk(store, model=model or gated, provider=provider)
+    return Desk(store, gated, provider, agent)
 
 
 def app_for(desk: Desk, **options: Any) -> Starlette:
