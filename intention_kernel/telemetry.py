@@ -17,7 +17,8 @@ What is emitted (see ``docs/observability.md``):
   GenAI conventions, ``gen_ai.*``), ``ik.step {capability}`` and ``ik.effect {capability}``;
 * metrics ``ik.turn.duration``, ``ik.turn.replays``, ``ik.lease.wait``, ``ik.effects``,
   ``gen_ai.client.token.usage``, ``ik.receipts.uncertain`` (``UncertainReceipts``),
-  ``ik.relay.delivery.lag`` and ``ik.relay.dead_letters`` (``RelayTelemetry``).
+  ``ik.relay.delivery.lag`` and ``ik.relay.dead_letters`` (``RelayTelemetry``);
+* a caller's W3C trace context continued (``continued_trace``, for the HTTP service).
 
 Span attributes never carry message text, provider payloads or raw idempotency keys (a key is
 a sha256 prefix); those that come from the host pass the host's redactor first.
@@ -29,7 +30,7 @@ import asyncio
 import contextlib
 import hashlib
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from types import TracebackType
@@ -41,7 +42,7 @@ from .contracts.receipts import EffectReceipt, ReceiptStatus
 
 try:
     from opentelemetry import context as otel_context
-    from opentelemetry import metrics, trace
+    from opentelemetry import metrics, propagate, trace
     from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
     from opentelemetry.trace import Span, SpanKind, StatusCode, TracerProvider
 
@@ -54,6 +55,7 @@ __all__ = [
     "RelayTelemetry",
     "Telemetry",
     "UncertainReceipts",
+    "continued_trace",
     "db_system",
     "effect_span",
     "key_hash",
@@ -82,6 +84,29 @@ def db_system(store: object) -> str | None:
     if "postgres" in name:
         return "postgresql"
     return None
+
+
+@contextlib.contextmanager
+def continued_trace(headers: Mapping[str, str]) -> Iterator[None]:
+    """The caller's trace current while the block runs: ``headers`` (a request's, read
+    case-insensitively) carry it as W3C ``traceparent``, with ``tracestate`` (the global
+    propagator's formats; by default W3C trace context and baggage). A turn started in the block,
+    or a task created in it, is then a child of the caller's span. Without the package or a
+    ``traceparent``, nothing changes; a malformed one is ignored (the turn starts a new trace).
+    A span already current (the host's ASGI instrumentation continued the trace in its server
+    span) stays the parent."""
+    if (
+        not AVAILABLE
+        or headers.get("traceparent") is None
+        or trace.get_current_span().get_span_context().is_valid
+    ):
+        yield
+        return
+    token = otel_context.attach(propagate.extract(headers))
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
 
 
 def _error_type(exc: BaseException) -> str:

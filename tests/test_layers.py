@@ -151,9 +151,10 @@ RULES = [
     ),
     Rule(
         "the HTTP service runs agents through the kernel and reads through the contracts: it"
-        " opens no store and knows no adapter, the command line or the relay",
+        " opens no store and knows no adapter, the command line or the relay (of telemetry it"
+        " continues a caller's trace)",
         ("intention_kernel/http",),
-        within("contracts", "kernel", "http", "operations", "__version__"),
+        within("contracts", "kernel", "http", "operations", "telemetry", "__version__"),
     ),
     Rule(
         "operator logic (diagnosis, the deploy check) reads through the contracts and the"

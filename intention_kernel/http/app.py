@@ -5,6 +5,7 @@ send it twice", and the kernel already promises exactly that for a repeated turn
 retried request replays the committed turn (``Idempotent-Replayed: true``) and runs nothing;
 the same key with another body is ``TURN_ID_REUSED``; a turn that timed out or was cancelled
 tells the client to retry with the same key. Every error is an RFC 9457 problem document.
+A request's W3C ``traceparent`` is continued: the turn's span is a child of the caller's.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from ..contracts.receipts import EffectReceipt
 from ..kernel.response import TurnResult
 from ..kernel.runtime import CompiledAgent
 from ..kernel.streaming import StreamItem, TurnCompleted
+from ..telemetry import continued_trace
 from .auth import Authenticator, Authorizer, BearerTokens, Principal, allow_any, resolve
 from .openapi import openapi_document
 from .problems import RETRY_SAME_KEY, HttpProblem, problem_for, problem_response
@@ -219,11 +221,12 @@ async def post_turn(service: Service, request: Request) -> Response:
         "timeout": service.turn_timeout,
     }
     if "text/event-stream" in request.headers.get("accept", ""):
-        return await _stream(service, arguments)
+        return await _stream(service, request, arguments)
     fingerprint = _fingerprint(body)
-    flight, joined = service.turns.join_or_start(
-        (thread_id, turn_id), fingerprint, service.agent.run(**arguments)
-    )
+    with continued_trace(request.headers):  # the turn's task runs in the caller's trace
+        flight, joined = service.turns.join_or_start(
+            (thread_id, turn_id), fingerprint, service.agent.run(**arguments)
+        )
     if joined and flight.fingerprint != fingerprint:
         raise HttpProblem(
             409,
@@ -241,7 +244,7 @@ async def post_turn(service: Service, request: Request) -> Response:
     return _answer(result, joined or result.replayed)
 
 
-async def _stream(service: Service, arguments: dict[str, Any]) -> Response:
+async def _stream(service: Service, request: Request, arguments: dict[str, Any]) -> Response:
     """The turn as server-sent events; errors before the first item keep their status."""
     queue: asyncio.Queue[Any] = asyncio.Queue()
 
@@ -256,7 +259,8 @@ async def _stream(service: Service, arguments: dict[str, Any]) -> Response:
         finally:
             queue.put_nowait(_END)
 
-    task = service.turns.track(produce())
+    with continued_trace(request.headers):
+        task = service.turns.track(produce())
     try:
         first = await queue.get()
     except BaseException:
