@@ -67,6 +67,7 @@ from ._ledger import (
     EffectAction,
     EffectStart,
     finish_receipt,
+    own_prepared,
     reconcile_takes_lease,
     uncertain_error,
 )
@@ -251,9 +252,10 @@ class DurabilityEngine(ABC, Generic[LeaseT]):
 
     @abstractmethod
     async def storage_begin_effect(
-        self, lease: LeaseT, turn_id: str, identity: EffectIdentity
+        self, lease: LeaseT, turn_id: str, identity: EffectIdentity, now: datetime
     ) -> EffectStart:
-        """One fenced transaction: read the receipt, apply ``_ledger.start_effect``, write
+        """One fenced transaction: read the receipt, apply ``_ledger.start_effect`` with
+        ``now`` (the same on a retry, so it finds its own ``prepared``), write
         ``start.receipt`` when ``start.write``, commit durably."""
 
     @abstractmethod
@@ -718,7 +720,7 @@ class DurabilityEngine(ABC, Generic[LeaseT]):
     ) -> EffectExecution:
         lease = scope._held()
         start, cancel = await scope._ledger_write(
-            lambda: self.storage_begin_effect(lease, scope.turn_id, identity)
+            lambda: self._begin_effect(lease, scope.turn_id, identity)
         )
         if cancel is not None:
             if start.action is EffectAction.EXECUTE:
@@ -816,6 +818,47 @@ class DurabilityEngine(ABC, Generic[LeaseT]):
             raise uncertain_error(receipt.model_copy(update={"error": UNRECORDED})) from exc
         if cancel is not None:
             raise cancel
+
+    async def _begin_effect(
+        self, lease: LeaseT, turn_id: str, identity: EffectIdentity
+    ) -> EffectStart:
+        """``storage_begin_effect``; after a transient store error, find out whether its write
+        landed. A lost connection (or a timeout) does not say: the server may have committed
+        ``prepared`` and lost only the answer. Then nothing called the provider yet, so a
+        ``prepared`` stamped with this start's ``now`` (``own_prepared``) is ours and the
+        effect goes on, called once, here - instead of the next delivery taking it for an
+        interrupted call (uncertain). The receipt is re-read, again after transient errors,
+        for up to ``record_retry_seconds``; if the store stays unreachable that long, the
+        error is raised and the receipt is whatever landed: nothing, or a ``prepared`` every
+        later reader sees as uncertain (no one could record that it was never called)."""
+        now = self._now()
+        try:
+            return await self.storage_begin_effect(lease, turn_id, identity, now)
+        except DurabilityError as exc:
+            if not _transient(exc):
+                raise
+            stored = await self._read_back(identity.idempotency_key, lease, exc)
+            if not own_prepared(stored, identity, turn_id=turn_id, now=now):
+                raise  # nothing of this start is waiting: a redelivery decides afresh
+            assert stored is not None
+            return EffectStart(EffectAction.EXECUTE, stored, write=False)
+
+    async def _read_back(
+        self, idempotency_key: str, lease: LeaseT, failure: DurabilityError
+    ) -> EffectReceipt | None:
+        """The stored receipt, read again after transient errors for up to
+        ``record_retry_seconds``; ``failure`` is raised when it cannot be read."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.record_retry_seconds
+        delay = 0.01
+        while True:
+            try:
+                return await self.storage_get_receipt(lease.thread_id, idempotency_key)
+            except DurabilityError as exc:
+                if not _transient(exc) or loop.time() + delay > deadline:
+                    raise failure from exc
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.5)
 
     async def _finish_with_retries(
         self, lease: LeaseT, receipt: EffectReceipt, value_json: str | None
