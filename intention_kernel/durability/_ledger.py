@@ -82,8 +82,11 @@ def start_effect(
     turn_id: str,
     now: datetime,
 ) -> EffectStart:
-    """Decide how a ``run_effect`` call starts, given the stored receipt for its key
-    (``now`` stamps what it writes: see ``own_prepared``)."""
+    """Decide how a ``run_effect`` call starts, given the stored receipt for its key.
+
+    ``now`` stamps what it writes. A start made again with the same ``now`` after a lost answer
+    finds its own ``prepared`` (``own_prepared``): nothing called the provider yet, so it is
+    executed, not taken for an interrupted attempt's (uncertain)."""
     request_fingerprint = identity.request_fingerprint
     if existing is None:
         receipt = EffectReceipt(
@@ -129,6 +132,8 @@ def start_effect(
     if existing.status is ReceiptStatus.UNCERTAIN:
         return EffectStart(EffectAction.UNCERTAIN, existing, write=False)
     if existing.status is ReceiptStatus.PREPARED:
+        if own_prepared(existing, identity, turn_id=turn_id, now=now):
+            return EffectStart(EffectAction.EXECUTE, existing, write=False)
         receipt = existing.model_copy(
             update={"status": ReceiptStatus.UNCERTAIN, "error": INTERRUPTED, "updated_at": now}
         )

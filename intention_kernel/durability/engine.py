@@ -824,32 +824,56 @@ class DurabilityEngine(ABC, Generic[LeaseT]):
     ) -> EffectStart:
         """``storage_begin_effect``; after a transient store error, find out whether its write
         landed. A lost connection (or a timeout) does not say: the server may have committed
-        ``prepared`` and lost only the answer. Then nothing called the provider yet, so a
-        ``prepared`` stamped with this start's ``now`` (``own_prepared``) is ours and the
-        effect goes on, called once, here - instead of the next delivery taking it for an
-        interrupted call (uncertain). The receipt is re-read, again after transient errors,
-        for up to ``record_retry_seconds``; if the store stays unreachable that long, the
-        error is raised and the receipt is whatever landed: nothing, or a ``prepared`` every
-        later reader sees as uncertain (no one could record that it was never called)."""
+        ``prepared`` and lost only the answer. Nothing called the provider yet, so when the
+        stored receipt is the ``prepared`` stamped with this start's ``now``
+        (``own_prepared``), the start is made again with that ``now``: fenced like the first,
+        it finds its own ``prepared``, writes nothing, and the provider is called once, here -
+        instead of the next delivery taking it for an interrupted call (uncertain).
+
+        The receipt is read, and the start made again, after transient errors for up to
+        ``record_retry_seconds``. If the store stays unreachable that long, or the lease was
+        lost meanwhile, the error is raised and the receipt is whatever landed: nothing, or a
+        ``prepared`` every later reader sees as uncertain (no one could record that it was
+        never called)."""
         now = self._now()
         try:
             return await self.storage_begin_effect(lease, turn_id, identity, now)
         except DurabilityError as exc:
             if not _transient(exc):
                 raise
-            stored = await self._read_back(identity.idempotency_key, lease, exc)
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + self.record_retry_seconds
+            stored = await self._read_back(identity.idempotency_key, lease, exc, deadline)
             if not own_prepared(stored, identity, turn_id=turn_id, now=now):
                 raise  # nothing of this start is waiting: a redelivery decides afresh
-            assert stored is not None
-            return EffectStart(EffectAction.EXECUTE, stored, write=False)
+            return await self._restart_effect(lease, turn_id, identity, now, deadline)
+
+    async def _restart_effect(
+        self,
+        lease: LeaseT,
+        turn_id: str,
+        identity: EffectIdentity,
+        now: datetime,
+        deadline: float,
+    ) -> EffectStart:
+        """The same start again (same ``now``), after transient errors until ``deadline``."""
+        loop = asyncio.get_running_loop()
+        delay = 0.01
+        while True:
+            try:
+                return await self.storage_begin_effect(lease, turn_id, identity, now)
+            except DurabilityError as exc:
+                if not _transient(exc) or loop.time() + delay > deadline:
+                    raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.5)
 
     async def _read_back(
-        self, idempotency_key: str, lease: LeaseT, failure: DurabilityError
+        self, idempotency_key: str, lease: LeaseT, failure: DurabilityError, deadline: float
     ) -> EffectReceipt | None:
-        """The stored receipt, read again after transient errors for up to
-        ``record_retry_seconds``; ``failure`` is raised when it cannot be read."""
+        """The stored receipt, read again after transient errors until ``deadline``;
+        ``failure`` is raised when it cannot be read."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.record_retry_seconds
         delay = 0.01
         while True:
             try:

@@ -320,6 +320,8 @@ async def _one_turn(
             "error": type(exc).__name__,
             "retryable": exc.retryable,
             "lease_lost": isinstance(exc, LeaseLostError),
+            "reason": str(exc.context.get("reason")),
+            "cause": type(exc.__cause__).__name__ if exc.__cause__ else None,
         }
     except Exception as exc:  # an untyped error is an I8 violation, reported by the checker
         return {**base, "outcome": "untyped", "error": type(exc).__name__}
