@@ -46,6 +46,7 @@ __all__ = [
     "finish_receipt",
     "needs_operator",
     "outcome_status",
+    "own_prepared",
     "reconcile_receipt",
     "reconcile_takes_lease",
     "resolve_uncertain",
@@ -81,7 +82,11 @@ def start_effect(
     turn_id: str,
     now: datetime,
 ) -> EffectStart:
-    """Decide how a ``run_effect`` call starts, given the stored receipt for its key."""
+    """Decide how a ``run_effect`` call starts, given the stored receipt for its key.
+
+    ``now`` stamps what it writes. A start made again with the same ``now`` after a lost answer
+    finds its own ``prepared`` (``own_prepared``): nothing called the provider yet, so it is
+    executed, not taken for an interrupted attempt's (uncertain)."""
     request_fingerprint = identity.request_fingerprint
     if existing is None:
         receipt = EffectReceipt(
@@ -127,6 +132,8 @@ def start_effect(
     if existing.status is ReceiptStatus.UNCERTAIN:
         return EffectStart(EffectAction.UNCERTAIN, existing, write=False)
     if existing.status is ReceiptStatus.PREPARED:
+        if own_prepared(existing, identity, turn_id=turn_id, now=now):
+            return EffectStart(EffectAction.EXECUTE, existing, write=False)
         receipt = existing.model_copy(
             update={"status": ReceiptStatus.UNCERTAIN, "error": INTERRUPTED, "updated_at": now}
         )
@@ -144,6 +151,23 @@ def start_effect(
         }
     )
     return EffectStart(EffectAction.EXECUTE, receipt, write=True)
+
+
+def own_prepared(
+    stored: EffectReceipt | None, identity: EffectIdentity, *, turn_id: str, now: datetime
+) -> bool:
+    """Whether ``stored`` is the ``prepared`` a ``start_effect(..., now=now)`` of this turn
+    wrote. After a lost answer to that write, this is how the caller learns it landed: an
+    earlier attempt's ``prepared`` was written before this turn held the lease, at another
+    time (the engine takes ``now`` once per start)."""
+    return (
+        stored is not None
+        and stored.status is ReceiptStatus.PREPARED
+        and stored.updated_at == now
+        and stored.turn_id == turn_id
+        and stored.step_id == identity.step_id
+        and stored.idempotency_key == identity.idempotency_key
+    )
 
 
 def outcome_status(error: BaseException | None) -> ReceiptStatus:

@@ -67,6 +67,7 @@ from ._ledger import (
     EffectAction,
     EffectStart,
     finish_receipt,
+    own_prepared,
     reconcile_takes_lease,
     uncertain_error,
 )
@@ -251,9 +252,10 @@ class DurabilityEngine(ABC, Generic[LeaseT]):
 
     @abstractmethod
     async def storage_begin_effect(
-        self, lease: LeaseT, turn_id: str, identity: EffectIdentity
+        self, lease: LeaseT, turn_id: str, identity: EffectIdentity, now: datetime
     ) -> EffectStart:
-        """One fenced transaction: read the receipt, apply ``_ledger.start_effect``, write
+        """One fenced transaction: read the receipt, apply ``_ledger.start_effect`` with
+        ``now`` (the same on a retry, so it finds its own ``prepared``), write
         ``start.receipt`` when ``start.write``, commit durably."""
 
     @abstractmethod
@@ -718,7 +720,7 @@ class DurabilityEngine(ABC, Generic[LeaseT]):
     ) -> EffectExecution:
         lease = scope._held()
         start, cancel = await scope._ledger_write(
-            lambda: self.storage_begin_effect(lease, scope.turn_id, identity)
+            lambda: self._begin_effect(lease, scope.turn_id, identity)
         )
         if cancel is not None:
             if start.action is EffectAction.EXECUTE:
@@ -816,6 +818,71 @@ class DurabilityEngine(ABC, Generic[LeaseT]):
             raise uncertain_error(receipt.model_copy(update={"error": UNRECORDED})) from exc
         if cancel is not None:
             raise cancel
+
+    async def _begin_effect(
+        self, lease: LeaseT, turn_id: str, identity: EffectIdentity
+    ) -> EffectStart:
+        """``storage_begin_effect``; after a transient store error, find out whether its write
+        landed. A lost connection (or a timeout) does not say: the server may have committed
+        ``prepared`` and lost only the answer. Nothing called the provider yet, so when the
+        stored receipt is the ``prepared`` stamped with this start's ``now``
+        (``own_prepared``), the start is made again with that ``now``: fenced like the first,
+        it finds its own ``prepared``, writes nothing, and the provider is called once, here -
+        instead of the next delivery taking it for an interrupted call (uncertain).
+
+        The receipt is read, and the start made again, after transient errors for up to
+        ``record_retry_seconds``. If the store stays unreachable that long, or the lease was
+        lost meanwhile, the error is raised and the receipt is whatever landed: nothing, or a
+        ``prepared`` every later reader sees as uncertain (no one could record that it was
+        never called)."""
+        now = self._now()
+        try:
+            return await self.storage_begin_effect(lease, turn_id, identity, now)
+        except DurabilityError as exc:
+            if not _transient(exc):
+                raise
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + self.record_retry_seconds
+            stored = await self._read_back(identity.idempotency_key, lease, exc, deadline)
+            if not own_prepared(stored, identity, turn_id=turn_id, now=now):
+                raise  # nothing of this start is waiting: a redelivery decides afresh
+            return await self._restart_effect(lease, turn_id, identity, now, deadline)
+
+    async def _restart_effect(
+        self,
+        lease: LeaseT,
+        turn_id: str,
+        identity: EffectIdentity,
+        now: datetime,
+        deadline: float,
+    ) -> EffectStart:
+        """The same start again (same ``now``), after transient errors until ``deadline``."""
+        loop = asyncio.get_running_loop()
+        delay = 0.01
+        while True:
+            try:
+                return await self.storage_begin_effect(lease, turn_id, identity, now)
+            except DurabilityError as exc:
+                if not _transient(exc) or loop.time() + delay > deadline:
+                    raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.5)
+
+    async def _read_back(
+        self, idempotency_key: str, lease: LeaseT, failure: DurabilityError, deadline: float
+    ) -> EffectReceipt | None:
+        """The stored receipt, read again after transient errors until ``deadline``;
+        ``failure`` is raised when it cannot be read."""
+        loop = asyncio.get_running_loop()
+        delay = 0.01
+        while True:
+            try:
+                return await self.storage_get_receipt(lease.thread_id, idempotency_key)
+            except DurabilityError as exc:
+                if not _transient(exc) or loop.time() + delay > deadline:
+                    raise failure from exc
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.5)
 
     async def _finish_with_retries(
         self, lease: LeaseT, receipt: EffectReceipt, value_json: str | None

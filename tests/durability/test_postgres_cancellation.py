@@ -196,7 +196,7 @@ async def test_a_released_lease_refuses_a_late_write(dsn: str, schema: str) -> N
     with pytest.raises(LeaseLostError):
         await store._write_receipt(lease, receipt, None)
     with pytest.raises(LeaseLostError):
-        await store.storage_begin_effect(lease, "turn-1", identity)
+        await store.storage_begin_effect(lease, "turn-1", identity, datetime.now(UTC))
     assert await store.get_turn("t1", "turn-1") is None
     assert await store.get_receipt("t1", identity.idempotency_key) is None
 

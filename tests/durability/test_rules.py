@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from pydantic import JsonValue
@@ -26,6 +27,7 @@ from intention_kernel.durability._ledger import EffectAction
 from intention_kernel.testing import MemoryDurability
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
+LATER = datetime(2026, 1, 1, 0, 5, 0, 123456, tzinfo=UTC)
 IDENTITY = EffectIdentity("payments.charge:k", "payments.charge", step_id="s2")
 
 
@@ -62,6 +64,34 @@ def test_start_effect_table(
     assert (start.action, start.write, start.receipt.status) == (action, write, status_after)
     if existing is not None:
         assert start.receipt.id == existing.id
+
+
+@pytest.mark.parametrize("stored_from", [None, ReceiptStatus.FAILED])
+def test_a_start_made_again_with_its_time_finds_its_own_prepared(
+    stored_from: ReceiptStatus | None,
+) -> None:
+    """After a lost answer: the same start (same ``now``) executes its own ``prepared``, writing
+    nothing; any other ``prepared`` (another time, turn or step) is an interrupted one."""
+    before = None if stored_from is None else receipt(stored_from)
+    first = _ledger.start_effect(before, IDENTITY, thread_id="t", turn_id="turn-1", now=LATER)
+    again = _ledger.start_effect(
+        first.receipt, IDENTITY, thread_id="t", turn_id="turn-1", now=LATER
+    )
+    assert (again.action, again.write, again.receipt) == (
+        EffectAction.EXECUTE,
+        False,
+        first.receipt,
+    )
+    assert _ledger.own_prepared(first.receipt, IDENTITY, turn_id="turn-1", now=LATER)
+    for other in (
+        {"now": LATER + timedelta(microseconds=1)},
+        {"turn_id": "turn-2"},
+        {"identity": replace(IDENTITY, step_id="s3")},
+    ):
+        args: dict[str, Any] = {"identity": IDENTITY, "turn_id": "turn-1", "now": LATER, **other}
+        start = _ledger.start_effect(first.receipt, thread_id="t", **args)
+        assert (start.action, start.write) == (EffectAction.UNCERTAIN, True)
+        assert start.receipt.status is ReceiptStatus.UNCERTAIN
 
 
 def test_retry_of_failed_keeps_the_receipt_id_and_counts_attempts() -> None:

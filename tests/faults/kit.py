@@ -2,8 +2,17 @@
 
 Workers are forked processes that run real turns against PostgreSQL and can be killed,
 stopped or have their connections terminated. The provider is a separate process that counts
-calls per ``(thread, key)`` and checks, at call time, that a ``prepared`` receipt is committed
-(RELIABILITY.md I5a). ``check_invariants`` reads the store and reports violations per invariant.
+calls per ``(thread, key)`` and checks that the call's receipt was committed ``prepared``
+before it (RELIABILITY.md I5a). ``check_invariants`` reads the store and reports violations
+per invariant.
+
+The check reads the receipt after the call arrived, and while the server restarts that read
+waits: by then the worker may have moved the receipt on (its lease lost mid-call, the turn
+cancelled: ``uncertain``; a redelivery found it interrupted: ``uncertain``). So the check
+holds the receipt's id, which the call carries: a row with that id that is ``prepared`` - or
+in a state only a committed ``prepared`` of that id leads to (``uncertain``, ``completed``) -
+proves it; a missing row, another id (the ``prepared`` was lost and written again) or
+``failed`` (recorded as not applied while called) is a violation.
 """
 
 from __future__ import annotations
@@ -61,11 +70,15 @@ def fault_scale() -> int:
 class ProviderProcess:
     """A separate process standing in for an external API; counts calls per key."""
 
-    def __init__(self, dsn: str, schema: str, *, check_prepared: bool = True) -> None:
+    def __init__(
+        self, dsn: str, schema: str, *, check_prepared: bool = True, check_delay: float = 0.0
+    ) -> None:
         self.dir = tempfile.mkdtemp(prefix="ik-provider-")
         self.socket = os.path.join(self.dir, "provider.sock")
         self._process = CTX.Process(
-            target=_provider_main, args=(self.socket, dsn, schema, check_prepared), daemon=True
+            target=_provider_main,
+            args=(self.socket, dsn, schema, check_prepared, check_delay),
+            daemon=True,
         )
 
     def __enter__(self) -> ProviderProcess:
@@ -104,26 +117,38 @@ class ProviderProcess:
         return data
 
 
-def _provider_main(path: str, dsn: str, schema: str, check_prepared: bool) -> None:
+# States a receipt reaches only from a committed ``prepared`` (of the same id), for a call in
+# flight: the worker's own ``uncertain`` (cancelled mid-call), a redelivery's ``uncertain``
+# (interrupted), an operator's ``completed``. ``failed`` would say "not applied": never true
+# of a call that arrived.
+_AFTER_PREPARED = ("prepared", "uncertain", "completed")
+
+
+def _provider_main(
+    path: str, dsn: str, schema: str, check_prepared: bool, check_delay: float
+) -> None:
     calls: Counter[str] = Counter()
     unprepared: list[str] = []
+    checked = [0]
 
     async def main() -> None:
         state: dict[str, Any] = {"conn": None}
         stop = asyncio.Event()
 
-        async def prepared(thread_id: str, key: str) -> bool | None:
+        async def seen(thread_id: str, key: str) -> tuple[str | None, str | None] | None:
+            """``(status, receipt id)`` of the key's receipt; ``None`` if it cannot be read."""
+            await asyncio.sleep(check_delay)
             for _ in range(100):  # keep checking while the server restarts
                 try:
                     if state["conn"] is None or state["conn"].is_closed():
                         state["conn"] = await asyncpg.connect(dsn, statement_cache_size=0)
-                    status = await state["conn"].fetchval(
-                        f'SELECT status FROM "{schema}".receipts'
+                    row = await state["conn"].fetchrow(
+                        f'SELECT status, id FROM "{schema}".receipts'
                         " WHERE thread_id = $1 AND idempotency_key = $2",
                         thread_id,
                         key,
                     )
-                    return bool(status == "prepared")
+                    return (None, None) if row is None else (row["status"], row["id"])
                 except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
                     state["conn"] = None
                     await asyncio.sleep(0.2)
@@ -132,15 +157,22 @@ def _provider_main(path: str, dsn: str, schema: str, check_prepared: bool) -> No
         async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             line = (await reader.readline()).decode().rstrip("\n")
             if line == "STATS":
-                body = {"calls": dict(calls), "unprepared": unprepared}
+                body = {"calls": dict(calls), "unprepared": unprepared, "checked": checked[0]}
                 writer.write(json.dumps(body).encode())
             elif line == "STOP":
                 stop.set()
             else:
-                thread_id, key = line.split("\t")
+                thread_id, key, receipt_id = line.split("\t")
                 calls[f"{thread_id}\t{key}"] += 1
-                if check_prepared and await prepared(thread_id, key) is False:
-                    unprepared.append(f"{thread_id}\t{key}")
+                found = await seen(thread_id, key) if check_prepared else None
+                if found is not None and not (
+                    found[0] in _AFTER_PREPARED and found[1] == receipt_id
+                ):
+                    status, stored_id = found
+                    unprepared.append(
+                        f"{thread_id}\t{key} (receipt {receipt_id}: stored {status} {stored_id})"
+                    )
+                checked[0] += 1
                 writer.write(b"ok")
             await writer.drain()
             writer.close()
@@ -154,10 +186,13 @@ def _provider_main(path: str, dsn: str, schema: str, check_prepared: bool) -> No
 
 async def call_provider(socket: str, thread_id: str, authority: EffectAuthority) -> str:
     reader, writer = await asyncio.open_unix_connection(socket)
-    writer.write(f"{thread_id}\t{authority.idempotency_key}\n".encode())
-    await writer.drain()
-    answer = await reader.read()
-    writer.close()
+    try:
+        line = f"{thread_id}\t{authority.idempotency_key}\t{authority.receipt_id}\n"
+        writer.write(line.encode())
+        await writer.drain()
+        answer = await reader.read()
+    finally:  # also when the turn gives up on the call (cancelled)
+        writer.close()
     return f"charged:{authority.idempotency_key}:{answer.decode()}"
 
 
@@ -285,6 +320,8 @@ async def _one_turn(
             "error": type(exc).__name__,
             "retryable": exc.retryable,
             "lease_lost": isinstance(exc, LeaseLostError),
+            "reason": str(exc.context.get("reason")),
+            "cause": type(exc.__cause__).__name__ if exc.__cause__ else None,
         }
     except Exception as exc:  # an untyped error is an I8 violation, reported by the checker
         return {**base, "outcome": "untyped", "error": type(exc).__name__}

@@ -145,12 +145,12 @@ class MemoryDurability(MemoryOutboxSource, MemoryInspection, DurabilityEngine[Le
         return None if turn is None else turn.result.checkpoint
 
     async def storage_begin_effect(
-        self, lease: Lease, turn_id: str, identity: EffectIdentity
+        self, lease: Lease, turn_id: str, identity: EffectIdentity, now: datetime
     ) -> EffectStart:
         self._fence(lease)
         existing = self._receipt(lease.thread_id, identity.idempotency_key)
         start = start_effect(
-            existing, identity, thread_id=lease.thread_id, turn_id=turn_id, now=self._now()
+            existing, identity, thread_id=lease.thread_id, turn_id=turn_id, now=now
         )
         if start.write:
             self._put_receipt(start.receipt)

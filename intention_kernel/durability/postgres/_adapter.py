@@ -10,6 +10,7 @@ import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Generator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, ClassVar
 
 import asyncpg
@@ -631,12 +632,12 @@ class PostgresDurability(
     # ---------------------------------------------------------------- effects
 
     async def storage_begin_effect(
-        self, lease: PgLease, turn_id: str, identity: EffectIdentity
+        self, lease: PgLease, turn_id: str, identity: EffectIdentity, now: datetime
     ) -> EffectStart:
         thread_id, key = lease.thread_id, identity.idempotency_key
         # A new key (the usual case): ``prepared`` is inserted unless the key exists, one
         # statement; the stored receipt comes back with a conflict.
-        start = start_effect(None, identity, thread_id=thread_id, turn_id=turn_id, now=self._now())
+        start = start_effect(None, identity, thread_id=thread_id, turn_id=turn_id, now=now)
         receipt = start.receipt
         with lease.write():
             row = await self._fetchrow(
@@ -669,9 +670,7 @@ class PostgresDurability(
                 else decode_model(EffectReceipt, text, what="receipt", thread_id=thread_id)
             )
             text = None
-            start = start_effect(
-                existing, identity, thread_id=thread_id, turn_id=turn_id, now=self._now()
-            )
+            start = start_effect(existing, identity, thread_id=thread_id, turn_id=turn_id, now=now)
             if not start.write:
                 return start
             expected = None if existing is None else str(existing.status)

@@ -322,12 +322,12 @@ class SQLiteDurability(SQLiteOutboxSource, SQLiteInspection, DurabilityEngine[_L
         return await self._db.write(run, on_commit=took_over)
 
     async def storage_begin_effect(
-        self, lease: _Lease, turn_id: str, identity: EffectIdentity
+        self, lease: _Lease, turn_id: str, identity: EffectIdentity, now: datetime
     ) -> EffectStart:
         def begin(conn: sqlite3.Connection) -> EffectStart:
             existing = _read_receipt(conn, lease.thread_id, identity.idempotency_key)
             start = start_effect(
-                existing, identity, thread_id=lease.thread_id, turn_id=turn_id, now=self._now()
+                existing, identity, thread_id=lease.thread_id, turn_id=turn_id, now=now
             )
             if start.write:
                 self._put_receipt(conn, start.receipt)

@@ -207,10 +207,13 @@ class _Provider:
         self.store = store
         self.thread_id = thread_id
         self.calls: Counter[str] = Counter()
+        self.entered: Counter[str] = Counter()
+        """Operations the engine handed control to (a cancel may stop one before the call)."""
         self.problems: list[str] = []
 
     def operation(self, key: str) -> Callable[[EffectAuthority], Awaitable[JsonValue]]:
         async def call(authority: EffectAuthority) -> JsonValue:
+            self.entered[key] += 1
             stored = await self.store.get_receipt(self.thread_id, authority.idempotency_key)
             if stored is None or stored.status is not ReceiptStatus.PREPARED:
                 self.problems.append(f"I5a: provider called for {key} without a durable prepared")
@@ -530,6 +533,12 @@ async def _check(
             problems.append(f"I5: completed receipt {key} with {calls} provider calls")
         if status is ReceiptStatus.FAILED and calls != 0:
             problems.append(f"I5: failed receipt {key} although the provider was called")
+        if kind == "lost_write" and provider.entered[key] == 0 and full_key in uncertain:
+            # No operation for this key was ever entered: nothing can have been applied, so
+            # reporting it as possibly applied (a lost answer to ``prepared``, say) is false.
+            problems.append(
+                f"I5: receipt {key} is uncertain although the provider was never called"
+            )
         if (
             isinstance(values, list)
             and any(isinstance(v, dict) and v.get("key") == key for v in values)
