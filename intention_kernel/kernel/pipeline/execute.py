@@ -330,6 +330,7 @@ async def _call(state: TurnState, step: PlannedStep, done: dict[str, StepOutcome
             # A backend down, a bug, a write the ledger refused: this step failed, not the turn.
             error = classify(exc, state.runtime.classify_error)
             _log_failure(state, step, exc, error)
+            traced.raised(exc)
             unfinished = APPLIED_UNFINISHED
             outcome = _failed(
                 step,
