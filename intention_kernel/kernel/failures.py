@@ -75,19 +75,41 @@ to a ``StepError``; ``None`` leaves it to ``default_step_error``."""
 def default_step_error(exc: Exception) -> StepError:
     """The kernel's classification: a ``KernelError`` keeps its own ``code`` and
     ``retryable``; an ``OSError`` (``ConnectionError`` included) or a ``TimeoutError`` is
-    retryable; anything else is not."""
+    retryable; anything else is not. An ``ExceptionGroup`` is retryable when all it holds is."""
     if isinstance(exc, KernelError):
         return StepError(retryable=exc.retryable, code=str(exc.code))
+    if isinstance(exc, ExceptionGroup):
+        return StepError(retryable=all(default_step_error(e).retryable for e in exc.exceptions))
     return StepError(retryable=isinstance(exc, (OSError, TimeoutError)))
+
+
+def _of_the_turn(exc: BaseException) -> bool:
+    if isinstance(exc, BaseExceptionGroup):
+        return any(_of_the_turn(e) for e in exc.exceptions)
+    return not isinstance(exc, Exception) or isinstance(exc, (DurabilityError, TurnTimeoutError))
+
+
+def _hides_cancellation(exc: BaseException) -> bool:
+    """Raised while handling a cancellation (``except CancelledError: raise Other()``)."""
+    seen: set[int] = set()
+    found: BaseException | None = exc
+    while found is not None and id(found) not in seen and len(seen) < 64:
+        if isinstance(found, asyncio.CancelledError):
+            return True
+        seen.add(id(found))
+        found = found.__cause__ or found.__context__
+    return False
 
 
 def must_propagate(exc: BaseException) -> bool:
     """An error of the turn, not of its step: the store, the turn's deadline, a cancellation
-    (also one a capability turned into another exception while its task was cancelled)."""
-    if not isinstance(exc, Exception) or isinstance(exc, (DurabilityError, TurnTimeoutError)):
-        return True
-    task = asyncio.current_task()
-    return task is not None and task.cancelling() > 0
+    (also one a capability turned into another exception, which ends the turn as before), or
+    a group (a capability's own task group) holding one of them.
+
+    Why not ``Task.cancelling()``: on Python 3.11 a task group whose children failed leaves
+    its parent's count raised, so a capability's own group would look like a cancellation.
+    """
+    return _of_the_turn(exc) or _hides_cancellation(exc)
 
 
 def type_name(exc: BaseException) -> str:

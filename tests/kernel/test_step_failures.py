@@ -425,3 +425,40 @@ async def test_a_cancelled_turn_is_still_cancelled_whatever_the_capability_raise
         await task
     assert await durability.load_checkpoint("t1") is None
     assert await durability.get_turn("t1", "turn-1") is None
+
+
+class Fanout(Backend):
+    """Asks two replicas at once; ``fail`` is raised by both."""
+
+    def __init__(self, failure: Exception) -> None:
+        super().__init__()
+        self.failure = failure
+
+    async def balance(self, account: str) -> int:
+        async def replica() -> None:
+            await asyncio.sleep(0)
+            raise self.failure
+
+        async with asyncio.TaskGroup() as group:
+            group.create_task(replica())
+            group.create_task(replica())
+        return 0
+
+
+async def test_a_capabilitys_own_task_group_is_classified_by_what_it_holds(
+    durability: DurabilityStore,
+) -> None:
+    world, _, _ = bank_world(durability, backend=Fanout(ConnectionError(SECRET)))
+    result = await world.run("turn-1", "balance?")
+    [step] = result.response.steps
+    assert step.status == "failed" and step.retryable is True
+    event = await _failed_event(durability, "turn-1")
+    assert event.data["error"] == {"type": "builtins.ExceptionGroup", "retryable": True}
+    await _no_secret_anywhere(world, result)
+
+    store_down = DurabilityError("down", code=ErrorCode.STORE_UNAVAILABLE, retryable=True)
+    world, _, _ = bank_world(durability, backend=Fanout(store_down))
+    with pytest.raises(ExceptionGroup) as caught:
+        await world.run("turn-1", "balance?", thread_id="t2")
+    assert caught.value.subgroup(DurabilityError) is not None
+    assert await durability.load_checkpoint("t2") is None
