@@ -26,6 +26,7 @@ from intention_kernel.kernel import (
     Completed,
     ErrorClassifier,
     StepError,
+    TurnCompleted,
     TurnResult,
     define_capability,
 )
@@ -462,3 +463,23 @@ async def test_a_capabilitys_own_task_group_is_classified_by_what_it_holds(
         await world.run("turn-1", "balance?", thread_id="t2")
     assert caught.value.subgroup(DurabilityError) is not None
     assert await durability.load_checkpoint("t2") is None
+
+
+async def test_a_stream_ends_with_the_committed_failed_step(durability: DurabilityStore) -> None:
+    world, backend, _ = bank_world(durability)
+    backend.fail = ConnectionError(SECRET)
+    items = [
+        item
+        async for item in world.agent.stream(thread_id="t1", turn_id="turn-1", text="balance?")
+    ]
+    assert [type(i).__name__ for i in items] == [
+        "StepStarted",
+        "StepFinished",
+        "TextDelta",
+        "TurnCompleted",
+    ]
+    done = items[-1]
+    assert isinstance(done, TurnCompleted)
+    [step] = done.result.response.steps
+    assert step.status == "failed" and step.retryable is True
+    await _no_secret_anywhere(world, done.result)
