@@ -469,8 +469,7 @@ async def test_a_stream_ends_with_the_committed_failed_step(durability: Durabili
     world, backend, _ = bank_world(durability)
     backend.fail = ConnectionError(SECRET)
     items = [
-        item
-        async for item in world.agent.stream(thread_id="t1", turn_id="turn-1", text="balance?")
+        item async for item in world.agent.stream(thread_id="t1", turn_id="turn-1", text="balance?")
     ]
     assert [type(i).__name__ for i in items] == [
         "StepStarted",
