@@ -101,15 +101,19 @@ def _hides_cancellation(exc: BaseException) -> bool:
     return False
 
 
-def must_propagate(exc: BaseException) -> bool:
-    """An error of the turn, not of its step: the store, the turn's deadline, a cancellation
-    (also one a capability turned into another exception, which ends the turn as before), or
-    a group (a capability's own task group) holding one of them.
+def must_propagate(exc: BaseException, *, cancel_pending: bool) -> bool:
+    """An error of the turn, not of its step: the store, the turn's deadline, a cancellation,
+    or a group (a capability's own task group) holding one of them. Also a cancellation a
+    capability turned into another exception (``except CancelledError: raise Other()``): it
+    ends the turn as before. ``cancel_pending`` says that a cancellation of the step's task
+    arrived while the capability ran and is still pending.
 
-    Why not ``Task.cancelling()``: on Python 3.11 a task group whose children failed leaves
-    its parent's count raised, so a capability's own group would look like a cancellation.
+    Why both signals: a capability's own timeout that it turns into its own error carries a
+    ``CancelledError`` in its chain too, but its cancellation was taken back; and on Python
+    3.11 a task group whose children failed leaves its parent's cancellation count raised,
+    with no ``CancelledError`` in the group's chain.
     """
-    return _of_the_turn(exc) or _hides_cancellation(exc)
+    return _of_the_turn(exc) or (cancel_pending and _hides_cancellation(exc))
 
 
 def type_name(exc: BaseException) -> str:

@@ -25,13 +25,14 @@ from intention_kernel.kernel import (
     CapabilityContext,
     Completed,
     ErrorClassifier,
+    KernelLimits,
     StepError,
     TurnCompleted,
     TurnResult,
     define_capability,
 )
 from intention_kernel.kernel.failures import CONFLICT, INTERNAL, TRY_AGAIN
-from intention_kernel.kernel.pipeline.execute import APPLIED_UNFINISHED
+from intention_kernel.kernel.pipeline.execute import APPLIED_UNFINISHED, TOO_LONG
 
 from .support import FaqAnswer, World, make_world, support_agent
 from .writes import CHARGE, REFUND, Charge, Payments, accept
@@ -151,6 +152,7 @@ def bank_world(
     durability: DurabilityStore,
     classify_error: ErrorClassifier | None = None,
     backend: Backend | None = None,
+    limits: KernelLimits | None = None,
 ) -> tuple[World, Backend, Payments]:
     backend, payments = backend or Backend(), Payments()
     world = make_world(
@@ -158,6 +160,7 @@ def bank_world(
         agent=support_agent([BALANCE, CHARGE, REFUND, CHARGE_AND_MAIL, CHECK_THEN_CHARGE, NESTED]),
         ports={"accounts": backend, "payments": payments},
         classify_error=classify_error,
+        limits=limits,
     )
     world.say("balance?", [{"capability": "accounts.balance", "input": {"account": "A-1"}}])
     world.say("charge 42", [{"capability": "payments.charge", "input": _order(5)}])
@@ -482,3 +485,43 @@ async def test_a_stream_ends_with_the_committed_failed_step(durability: Durabili
     [step] = done.result.response.steps
     assert step.status == "failed" and step.retryable is True
     await _no_secret_anywhere(world, done.result)
+
+
+class ClientTimeout(Exception):
+    """A client library's own timeout error, raised from ``TimeoutError``."""
+
+
+class Slow(Backend):
+    """Gives up after its own short timeout (``own``), or hides the step's cancellation."""
+
+    def __init__(self, *, own: bool) -> None:
+        super().__init__()
+        self.own = own
+
+    async def balance(self, account: str) -> int:
+        if self.own:
+            try:
+                async with asyncio.timeout(0.01):
+                    await asyncio.sleep(5)
+            except TimeoutError as exc:
+                raise ClientTimeout("gave up") from exc
+        try:
+            await asyncio.sleep(5)
+        except asyncio.CancelledError:
+            raise RuntimeError("interrupted") from None
+        return 0
+
+
+async def test_a_capabilitys_own_timeout_or_a_hidden_step_timeout_fails_only_the_step(
+    durability: DurabilityStore,
+) -> None:
+    world, _, _ = bank_world(durability, backend=Slow(own=True))
+    [step] = (await world.run("turn-1", "balance?")).response.steps
+    assert step.status == "failed" and step.retryable is False  # the host may classify it
+    event = await _failed_event(durability, "turn-1")
+    assert event.data["error"] == {"type": f"{__name__}.ClientTimeout", "retryable": False}
+
+    limits = KernelLimits(step_timeout=0.2)
+    world, _, _ = bank_world(durability, backend=Slow(own=False), limits=limits)
+    [step] = (await world.run("turn-1", "balance?", thread_id="t2")).response.steps
+    assert step.status == "failed" and step.reason == TOO_LONG and step.retryable is True

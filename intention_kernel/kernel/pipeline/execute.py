@@ -305,10 +305,14 @@ async def _call(state: TurnState, step: PlannedStep, done: dict[str, StepOutcome
         request=step.input_json,
     )
     unfinished: str | None = None  # set when the step stopped: its ``applied`` reason
+    task = asyncio.current_task()
+    cancels = 0 if task is None else task.cancelling()
+    classify_error = state.runtime.classify_error
+    limit = asyncio.timeout_at(deadline)
     # The ik.step span is current while the capability runs: its effects nest in it.
     with step_span(cap.id, cap.version, step.step_id, str(cap.effect)) as traced:
         try:
-            async with asyncio.timeout_at(deadline):
+            async with limit:
                 result = await cap.execute(context, step.input)
         except TimeoutError as exc:
             unfinished = APPLIED
@@ -325,16 +329,18 @@ async def _call(state: TurnState, step: PlannedStep, done: dict[str, StepOutcome
         except EffectNotAppliedError:
             outcome = _failed(step, NOT_APPLIED, receipts=context.receipts)
         except Exception as exc:
-            if must_propagate(exc):
+            pending = task is not None and task.cancelling() > cancels
+            if must_propagate(exc, cancel_pending=pending):
                 raise  # the store, the turn's deadline or a cancellation: the turn's own error
             # A backend down, a bug, a write the ledger refused: this step failed, not the turn.
-            error = classify(exc, state.runtime.classify_error)
+            timed_out = limit.expired()  # the capability turned its step timeout into another
+            error = StepError(retryable=True) if timed_out else classify(exc, classify_error)
             _log_failure(state, step, exc, error)
             traced.raised(exc)
-            unfinished = APPLIED_UNFINISHED
+            unfinished = APPLIED if timed_out else APPLIED_UNFINISHED
             outcome = _failed(
                 step,
-                reason_for(exc, error),
+                TOO_LONG if timed_out else reason_for(exc, error),
                 receipts=context.receipts,
                 error=error,
                 error_type=type_name(exc),
