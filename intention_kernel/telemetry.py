@@ -143,6 +143,9 @@ class _Null:
     def outcome(self, replayed: bool) -> None:
         return None
 
+    def raised(self, exc: BaseException) -> None:
+        return None
+
     def planned(self, steps: int, held: Iterable[tuple[str, str]], clarifications: int) -> None:
         return None
 
@@ -658,6 +661,12 @@ class _Step(_Span):
     def ended(self, status: str) -> None:
         """How the step ended (``StepStatus``)."""
         self.ended_with["ik.step.status"] = status
+
+    def raised(self, exc: BaseException) -> None:
+        """The capability raised ``exc``, which its step reports as a failure: ``error.type``
+        (the class and code, never the message) and an error status, as if it had escaped."""
+        self.ended_with["error.type"] = error = _error_type(exc)
+        self.span.set_status(StatusCode.ERROR, error)
 
 
 def step_span(capability: str, version: str, step_id: str, effect: str) -> _Step | _Null:

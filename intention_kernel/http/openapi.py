@@ -79,6 +79,10 @@ _SCHEMAS: dict[str, Any] = {
             "status": {"type": "string"},
             "reason": {"type": ["string", "null"]},
             "artifacts": {"type": "object"},
+            "retryable": {
+                "type": "boolean",
+                "description": "on a failed step that raised or timed out: may asking again help",
+            },
         },
     },
     "Response": {

@@ -10,6 +10,7 @@ from .capability import Capability, Guidance, define_capability
 from .compat import Compatibility, Migration
 from .context import CapabilityContext, StepEvents, TurnInfo
 from .events import Redactor
+from .failures import ErrorClassifier, StepError
 from .kernel import Kernel
 from .keys import provider_idempotency_key
 from .limits import KernelLimits
@@ -60,6 +61,7 @@ __all__ = [
     "ConfirmationMode",
     "Effect",
     "EffectKind",
+    "ErrorClassifier",
     "FactType",
     "Failed",
     "Guidance",
@@ -77,6 +79,7 @@ __all__ = [
     "ProducedFact",
     "Redactor",
     "Response",
+    "StepError",
     "StepEvents",
     "StepFinished",
     "StepStarted",

@@ -23,6 +23,7 @@ from ..contracts.errors import (
     EffectNotAppliedError,
     EffectUncertainError,
     ErrorCode,
+    InvalidInputError,
     UsageError,
 )
 from ..contracts.events import EventCategory, KernelEvent
@@ -255,7 +256,7 @@ class CapabilityContext:
                 traced.settled(ReceiptStatus.FAILED, None, None)
                 self._settled(ledger_key)  # the host proved nothing happened: a known outcome
                 raise
-            except (UsageError, EffectConflictError):
+            except (UsageError, EffectConflictError, InvalidInputError):
                 traced.settled("refused", None, None)
                 raise  # refused before this call started anything (in progress, nested, closed)
             except BaseException:

@@ -21,6 +21,7 @@ from .agent import AgentDefinition
 from .compat import Compatibility, Migration
 from .compile import compile_manifest
 from .events import Redactor
+from .failures import ErrorClassifier
 from .limits import KernelLimits
 from .pipeline import AgentRuntime
 from .pipeline.state import Composition
@@ -53,7 +54,9 @@ class Kernel:
     and ``new_id``; fixed ones make a recorded conversation replay to the byte.
     ``tracer_provider`` and ``meter_provider`` (OpenTelemetry SDK providers) receive the
     kernel's spans and metrics; by default the global ones, which cost next to nothing until
-    the host configures the SDK (see ``docs/observability.md``).
+    the host configures the SDK (see ``docs/observability.md``). ``classify_error`` maps an
+    exception a capability raised to a ``StepError`` (``retryable``, ``code``), or ``None`` for
+    the kernel's default (``OSError`` and ``TimeoutError`` retryable; see ``docs/kernel.md``).
     """
 
     def __init__(
@@ -69,6 +72,7 @@ class Kernel:
         ids: IdFactory | None = None,
         tracer_provider: object | None = None,
         meter_provider: object | None = None,
+        classify_error: ErrorClassifier | None = None,
     ) -> None:
         problems = []
         if not callable(getattr(durability, "with_turn", None)):
@@ -88,6 +92,8 @@ class Kernel:
             problems.append("clock must be callable")
         if ids is not None and not callable(ids):
             problems.append("ids must be callable")
+        if classify_error is not None and not callable(classify_error):
+            problems.append("classify_error must be callable")
         if problems:
             raise ConfigurationError("invalid kernel configuration", context={"problems": problems})
         self._resolved: dict[str, ModelGateway] = {}
@@ -101,6 +107,7 @@ class Kernel:
         self.sinks = tuple(sinks)
         self.clock: Clock = clock or _now
         self.ids: IdFactory = ids or new_id
+        self.classify_error = classify_error
         self.telemetry = Telemetry(
             tracer_provider=tracer_provider, meter_provider=meter_provider, redact=redact
         )
@@ -152,6 +159,7 @@ class Kernel:
             facts=FactView(agent.facts),
             clock=self.clock,
             ids=self.ids,
+            classify_error=self.classify_error,
         )
         compat = Compatibility(
             fingerprint=fingerprint,

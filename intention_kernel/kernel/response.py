@@ -27,7 +27,9 @@ class StepSummary(BaseModel):
     ``needs_input``, ``needs_confirmation``, ``needs_dependency``; held steps
     ``awaiting_confirmation`` or ``waiting_for_fact``. Stored responses keep the plain string.
     ``artifacts`` are what a completed step returned for the host (``Completed.artifacts``);
-    the model never sees them."""
+    the model never sees them. ``retryable`` is set on a ``failed`` step that ended by an
+    exception or its timeout: whether asking again may help (``None`` for a failure the
+    capability returned itself)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -36,13 +38,17 @@ class StepSummary(BaseModel):
     status: StepStatus
     reason: str | None = None
     artifacts: dict[str, JsonValue] = Field(default_factory=dict)
+    retryable: bool | None = None
 
     @model_serializer(mode="wrap")
-    def _without_empty_artifacts(self, handler: SerializerFunctionWrapHandler) -> Any:
-        """A step without artifacts is stored exactly as before artifacts existed."""
+    def _without_empty_fields(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """A step without artifacts or ``retryable`` is stored exactly as before they existed."""
         data = handler(self)
-        if not self.artifacts and isinstance(data, dict):
-            data.pop("artifacts", None)
+        if isinstance(data, dict):
+            if not self.artifacts:
+                data.pop("artifacts", None)
+            if self.retryable is None:
+                data.pop("retryable", None)
         return data
 
 

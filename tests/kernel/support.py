@@ -14,6 +14,7 @@ from intention_kernel.kernel import (
     CapabilityContext,
     CompiledAgent,
     Completed,
+    ErrorClassifier,
     Guidance,
     Kernel,
     KernelLimits,
@@ -224,6 +225,7 @@ def make_world(
     redact: Redactor | None = None,
     script: Mapping[str, Any] | None = None,
     ports: Mapping[str, Any] | None = None,
+    classify_error: ErrorClassifier | None = None,
 ) -> World:
     routes: dict[str, Intentions] = {}
     answers: dict[str, str] = {}
@@ -244,6 +246,7 @@ def make_world(
         limits=limits,
         redact=redact,
         sinks=[collector],
+        classify_error=classify_error,
     )
     compiled = kernel.compile(agent if agent is not None else support_agent())
     return World(durability, gateway, shop, collector, kernel, compiled, routes, answers)

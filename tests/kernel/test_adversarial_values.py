@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from intention_kernel.contracts import InvalidInputError, SerializationError
+from intention_kernel.contracts import ErrorCode, InvalidInputError
 from intention_kernel.kernel import CapabilityContext, Completed, define_capability
 from intention_kernel.testing import MemoryDurability
 
@@ -104,21 +104,20 @@ def test_event_data_is_refused_at_emit_or_reads_back_equal(value: Any) -> None:
         durability = MemoryDurability()
         world = make_world(durability, agent=support_agent([EMITTER]), ports={"values": [value]})
         world.say("go", [{"capability": "adversarial.emit", "input": {"topic": "x"}}])
-        refused: SerializationError | None = None
-        try:
-            await world.run("turn-1", "go")
-        except SerializationError as exc:
-            refused = exc
-        if refused is not None:
-            assert "adversarial.value" in refused.message
-            assert await durability.load_checkpoint("t1") is None
-            assert await durability.read_outbox(thread_id="t1") == []
+        result = await world.run("turn-1", "go")
+        outbox = [s.event for s in await durability.read_outbox(thread_id="t1")]
+        stored = [e.data for e in outbox if e.type == "adversarial.value"]
+        [step] = result.response.steps
+        if step.status == "failed":
+            # Refused at emit: the step failed (not retryable), nothing of the event was kept.
+            assert step.retryable is False and stored == []
+            [failed] = [e for e in outbox if e.type == "step.failed"]
+            error = failed.data["error"]
+            assert isinstance(error, dict)
+            assert error["type"] == "intention_kernel.contracts.errors.SerializationError"
+            assert ErrorCode(str(error["code"])) in ErrorCode  # a stable code, never the message
             return
-        stored = [
-            s.event.data
-            for s in await durability.read_outbox(thread_id="t1")
-            if s.event.type == "adversarial.value"
-        ]
+        assert step.status == "completed"
         assert stored == [{"v": _stored(value)}]
 
     asyncio.run(scenario())

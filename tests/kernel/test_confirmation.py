@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from intention_kernel.contracts import DurabilityStore, ErrorCode, InvalidInputError, UsageError
+from intention_kernel.contracts import DurabilityStore, ErrorCode, InvalidInputError
 from intention_kernel.kernel import (
     CapabilityContext,
     Kernel,
@@ -282,11 +282,18 @@ async def test_a_capability_writing_before_consent_is_caught(durability: Durabil
     )
     world, payments = payments_world(durability, [cap])
     world.say("eager", [{"capability": "payments.eager", "input": {"order_id": "1", "amount": 1}}])
-    with pytest.raises(UsageError) as info:
-        await world.run("turn-1", "eager")
-    assert info.value.code == ErrorCode.CONFIRMATION_REQUIRED
-    assert payments.calls == []
-    assert await durability.load_checkpoint("t1") is None
+    result = await world.run("turn-1", "eager")
+    [step] = result.response.steps
+    assert step.status == "failed" and step.retryable is False
+    assert payments.calls == [] and result.checkpoint.receipts == []
+    assert result.checkpoint.interaction is None  # nothing is asked after a write was tried
+    outbox = await durability.read_outbox(thread_id="t1")
+    [failed] = [s.event for s in outbox if s.event.type == "step.failed"]
+    assert failed.data["error"] == {
+        "type": "intention_kernel.contracts.errors.UsageError",
+        "retryable": False,
+        "code": str(ErrorCode.CONFIRMATION_REQUIRED),
+    }
 
 
 async def test_a_policy_required_confirmation_runs_after_acceptance(

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 from pydantic import BaseModel
 
-from intention_kernel.contracts import DurabilityStore, ErrorCode, UsageError
+from intention_kernel.contracts import DurabilityStore, ErrorCode
 from intention_kernel.kernel import Completed, define_capability
 
 from .support import FaqAnswer, TrackQuery, make_world, support_agent
@@ -52,10 +51,17 @@ async def test_reads_may_not_run_effects(durability: DurabilityStore) -> None:
     )
     world = make_world(durability, agent=support_agent([cap]))
     world.say("sneak", [{"capability": "sneaky.read", "input": {}}])
-    with pytest.raises(UsageError) as info:
-        await world.run("turn-1", "sneak")
-    assert info.value.code == ErrorCode.EFFECT_NOT_ALLOWED
-    assert await durability.load_checkpoint("t1") is None
+    result = await world.run("turn-1", "sneak")
+    [step] = result.response.steps
+    assert step.status == "failed" and step.retryable is False
+    assert result.checkpoint.receipts == []
+    outbox = await durability.read_outbox(thread_id="t1")
+    [failed] = [s.event for s in outbox if s.event.type == "step.failed"]
+    assert failed.data["error"] == {
+        "type": "intention_kernel.contracts.errors.UsageError",
+        "retryable": False,
+        "code": str(ErrorCode.EFFECT_NOT_ALLOWED),
+    }
 
 
 async def test_a_write_that_completes_without_a_receipt_is_a_failed_step(

@@ -184,10 +184,9 @@ def test_prebuilt_events_equal_validated_ones() -> None:
     assert KernelEvent.model_validate_json(fast.model_dump_json()) == slow
 
 
-async def test_capability_event_data_that_is_not_json_fails_the_turn_cleanly(
+async def test_capability_event_data_that_is_not_json_fails_its_step_cleanly(
     durability: DurabilityStore,
 ) -> None:
-    from intention_kernel.contracts import SerializationError
     from intention_kernel.kernel import Completed, define_capability
 
     from .support import FaqAnswer, FaqQuery, support_agent
@@ -206,9 +205,17 @@ async def test_capability_event_data_that_is_not_json_fails_the_turn_cleanly(
     )
     world = make_world(durability, agent=support_agent([cap]))
     world.say("noise", [{"capability": "noisy.cap", "input": {"topic": "x"}}])
-    with pytest.raises(SerializationError):
-        await world.run("turn-1", "noise")
-    assert await durability.load_checkpoint("t1") is None
+    result = await world.run("turn-1", "noise")
+    [step] = result.response.steps
+    assert step.status == "failed" and step.retryable is False
+    outbox = [s.event for s in await durability.read_outbox(thread_id="t1")]
+    assert "noisy" not in [e.type for e in outbox]  # nothing recorded for the refused call
+    [failed] = [e for e in outbox if e.type == "step.failed"]
+    assert failed.data["error"] == {
+        "type": "intention_kernel.contracts.errors.SerializationError",
+        "retryable": False,
+        "code": "NON_FINITE_NUMBER",
+    }
 
 
 async def test_provider_exceptions_become_model_gateway_errors(world: World) -> None:

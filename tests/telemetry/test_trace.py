@@ -311,3 +311,60 @@ async def test_the_redactor_applies_to_span_attributes(
     # Outbox events keep their envelope (the redactor changes only data).
     stored = await store.read_outbox(thread_id="t1")
     assert all(s.event.thread_id == "t1" for s in stored)
+
+
+async def test_a_raising_capability_marks_its_step_span_and_the_turn_commits(
+    store: SQLiteDurability, traced: Traced
+) -> None:
+    from pydantic import BaseModel
+
+    from intention_kernel.kernel import (
+        CapabilityContext,
+        Completed,
+        Kernel,
+        define_agent,
+        define_capability,
+    )
+    from intention_kernel.testing import ScriptedModelGateway
+
+    class Nothing(BaseModel):
+        pass
+
+    async def unreachable(context: CapabilityContext, query: Nothing) -> Completed:
+        raise ConnectionError("no route to secret-token-5")
+
+    kernel = Kernel(
+        durability=store,
+        model=ScriptedModelGateway(
+            {"interpret": {"intentions": [{"capability": "rates.today", "input": {}}]}}
+        ),
+        tracer_provider=traced.provider,
+    )
+    agent = kernel.compile(
+        define_agent(
+            id="rates",
+            version="1.0.0",
+            description="Exchange rates.",
+            capabilities=[
+                define_capability(
+                    id="rates.today",
+                    version="1.0.0",
+                    description="Today's rates.",
+                    input=Nothing,
+                    output=Nothing,
+                    execute=unreachable,
+                )
+            ],
+        )
+    )
+    result = await agent.run(thread_id="t9", turn_id="1", text="rates?")
+    assert [s.status for s in result.response.steps] == ["failed"]
+    spans = traced.spans()
+    [turn] = named(spans, "ik.turn")
+    [step] = named(spans, "ik.step rates.today")
+    assert (turn.attributes or {})["ik.turn.outcome"] == "committed"
+    assert turn.status.status_code is not StatusCode.ERROR
+    assert (step.attributes or {})["ik.step.status"] == "failed"
+    assert (step.attributes or {})["error.type"] == "ConnectionError"
+    assert step.status.status_code is StatusCode.ERROR
+    assert "secret-token-5" not in everything_shown(spans)

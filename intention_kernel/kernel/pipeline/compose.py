@@ -7,7 +7,8 @@ provider declines to compose (a refusal or a content filter is not asked again).
 only needs a clarification is answered by the kernel without a model call, and so is a turn
 whose write has an unknown outcome ("being verified": a model must never word it as done),
 whose write went through although its step did not finish (``applied``: a model must never
-word it as failed) or that only resolved pending work (cancelled, asked again). Updates about
+word it as failed), whose step ended by an exception or its timeout (the kernel's reason says
+what the user may do) or that only resolved pending work (cancelled, asked again). Updates about
 earlier work (a write reconciled since the last turn) come first, in the kernel's words,
 whatever the answer's kind.
 
@@ -43,6 +44,14 @@ _KERNEL_WORDED = (StepStatus.UNCERTAIN, StepStatus.APPLIED)
 """Step statuses only the kernel words: a write in doubt, or done although its step was not."""
 
 
+def _kernel_worded(outcome: StepOutcome) -> bool:
+    """A write in doubt, one done although its step was not, or a step that ended by an
+    exception or its timeout (the kernel's reason is the whole truth the user gets)."""
+    return outcome.status in _KERNEL_WORDED or (
+        outcome.status is StepStatus.FAILED and outcome.error is not None
+    )
+
+
 def _summaries(state: TurnState) -> list[StepSummary]:
     assert state.reduction is not None
     steps = [
@@ -52,6 +61,9 @@ def _summaries(state: TurnState) -> list[StepSummary]:
             status=o.status,
             reason=o.reason,
             artifacts=o.artifacts,
+            retryable=(
+                o.error.retryable if o.error is not None and o.status is StepStatus.FAILED else None
+            ),
         )
         for o in state.outcomes
     ]
@@ -153,12 +165,10 @@ async def compose(state: TurnState) -> None:
         state.response = Response(
             text="\n".join(plan.clarifications), kind="clarification", steps=steps
         )
-    elif (not state.outcomes and plan.notes) or any(
-        o.status in _KERNEL_WORDED for o in state.outcomes
-    ):
+    elif (not state.outcomes and plan.notes) or any(_kernel_worded(o) for o in state.outcomes):
         # Kernel words only: resumed work was cancelled or re-asked, a write's outcome is
-        # unknown ("being verified", never worded as done), or a write went through although
-        # its step did not finish ("applied", never worded as failed).
+        # unknown ("being verified", never worded as done), a write went through although
+        # its step did not finish ("applied", never worded as failed), or a step raised.
         state.response = Response(
             text=fallback_text(state),
             kind="fallback",

@@ -3,20 +3,26 @@
 Each step is a task in one task group. A step waits for the steps it depends on, then runs its
 capability with a fresh ``CapabilityContext`` (ports, visible facts including those produced
 earlier in this turn, turn info, execution ids, deadline, its own event branch, and
-``run_effect`` for writes). Handled outcomes become data; an exception from a capability is a
-crash: it leaves the turn and nothing is committed.
+``run_effect`` for writes). Handled outcomes become data, and so does an exception from a
+capability: the step fails with a reason in the kernel's words and a ``retryable`` flag
+(``failures``; a typed refusal of the ledger such as ``EFFECT_REQUEST_MISMATCH`` included), its
+event names the exception's type, never its message, and the turn commits. Only errors of the
+turn itself leave it uncommitted: the store (``DurabilityError``), the turn's deadline, a
+cancellation.
 
 A step that stopped while a write was under way (its deadline, or a capability that caught a
 timeout or error from ``run_effect`` itself) is answered from the ledger, not from what the
 capability said: the kernel reads the current receipts of the interrupted keys
 (``TurnScope.receipts``). ``uncertain`` or ``prepared`` -> the step is ``uncertain`` ("being
 verified"); ``completed`` -> ``applied`` ("it went through, but I could not finish in time");
-``failed`` or none (stopped before the provider was called) -> a plain failure.
+``failed`` or none (stopped before the provider was called) -> a plain failure. A step that
+raised after a write of it completed is ``applied`` the same way: never reported as failed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from types import MappingProxyType
 from typing import Any
 
@@ -35,12 +41,15 @@ from ...contracts.receipts import EffectReceipt, ReceiptStatus
 from ...telemetry import step_span
 from ..context import CapabilityContext, StepEvents, uncertain_copy
 from ..facts import FactRef, apply_fact, parse_fact_ref
+from ..failures import StepError, classify, must_propagate, reason_for, type_name
 from ..limits import stored_within
 from ..results import Completed, Failed, NeedsConfirmation, NeedsDependency, NeedsInput
 from ..states import EffectKind, StepStatus
 from .state import PlannedStep, StepOutcome, TurnState
 
-__all__ = ["APPLIED", "NOT_APPLIED", "TOO_LONG", "UNCERTAIN", "execute"]
+__all__ = ["APPLIED", "APPLIED_UNFINISHED", "NOT_APPLIED", "TOO_LONG", "UNCERTAIN", "execute"]
+
+logger = logging.getLogger("intention_kernel.kernel")
 
 UNCERTAIN = (
     "the outcome is being verified. It may or may not have gone through, "
@@ -57,6 +66,11 @@ itself did not finish (timed out, or its capability gave up waiting). Not ``fail
 must not retry or be told nothing happened), not ``completed`` (there is no output, no facts and
 no evidence, and steps that depend on it must not run), not ``uncertain`` (the outcome is known;
 nothing for an operator to verify). Asking again replays the stored value."""
+APPLIED_UNFINISHED = (
+    "it went through, but I could not finish; "
+    "ask again to see the result (it will not be done twice)"
+)
+"""The reason of an ``applied`` step whose capability raised after its write completed."""
 INTERRUPTED = "interrupted before its outcome was recorded"
 IN_STATE = stored_within(4)
 """Facts and confirmation details are stored in records of the turn result's checkpoint."""
@@ -290,26 +304,53 @@ async def _call(state: TurnState, step: PlannedStep, done: dict[str, StepOutcome
         answer=step.answer,
         request=step.input_json,
     )
-    timed_out = False
+    unfinished: str | None = None  # set when the step stopped: its ``applied`` reason
+    task = asyncio.current_task()
+    cancels = 0 if task is None else task.cancelling()
+    classify_error = state.runtime.classify_error
+    limit = asyncio.timeout_at(deadline)
     # The ik.step span is current while the capability runs: its effects nest in it.
     with step_span(cap.id, cap.version, step.step_id, str(cap.effect)) as traced:
         try:
-            async with asyncio.timeout_at(deadline):
+            async with limit:
                 result = await cap.execute(context, step.input)
-        except TimeoutError:
-            timed_out = True
-            outcome = _failed(step, TOO_LONG, receipts=context.receipts)
+        except TimeoutError as exc:
+            unfinished = APPLIED
+            outcome = _failed(
+                step,
+                TOO_LONG,
+                receipts=context.receipts,
+                error=StepError(retryable=True),
+                error_type=type_name(exc),
+            )
         except EffectUncertainError as exc:
             # The receipt is durable in the ledger: the turn commits an honest "being verified".
             outcome = _uncertain(step, _with_receipt(context.receipts, exc))
         except EffectNotAppliedError:
             outcome = _failed(step, NOT_APPLIED, receipts=context.receipts)
+        except Exception as exc:
+            pending = task is not None and task.cancelling() > cancels
+            if must_propagate(exc, cancel_pending=pending):
+                raise  # the store, the turn's deadline or a cancellation: the turn's own error
+            # A backend down, a bug, a write the ledger refused: this step failed, not the turn.
+            timed_out = limit.expired()  # the capability turned its step timeout into another
+            error = StepError(retryable=True) if timed_out else classify(exc, classify_error)
+            _log_failure(state, step, exc, error)
+            traced.raised(exc)
+            unfinished = APPLIED if timed_out else APPLIED_UNFINISHED
+            outcome = _failed(
+                step,
+                TOO_LONG if timed_out else reason_for(exc, error),
+                receipts=context.receipts,
+                error=error,
+                error_type=type_name(exc),
+            )
         else:
             outcome = _storable(_outcome(state, step, result, context))
             if any(r.status is ReceiptStatus.UNCERTAIN for r in context.receipts):
                 # The capability caught the uncertainty itself: its answer cannot be trusted.
                 outcome = _uncertain(step, context.receipts)
-        outcome = await _as_the_ledger_knows(state, context, outcome, timed_out)
+        outcome = await _as_the_ledger_knows(state, context, outcome, unfinished)
         traced.ended(str(outcome.status))
     outcome.derived_from = used
     data: dict[str, JsonValue] = {"capability_id": cap.id, "status": str(outcome.status)}
@@ -317,6 +358,14 @@ async def _call(state: TurnState, step: PlannedStep, done: dict[str, StepOutcome
         data["evidence_id"] = outcome.evidence.id
     if outcome.reason:
         data["reason"] = outcome.reason
+    if outcome.error_type is not None:
+        # The type only: an exception's message may hold secrets.
+        error_data: dict[str, JsonValue] = {"type": outcome.error_type}
+        if outcome.error is not None:
+            error_data["retryable"] = outcome.error.retryable
+            if outcome.error.code is not None:
+                error_data["code"] = outcome.error.code
+        data["error"] = error_data
     if step.approval is not None:
         data["approval_digest"] = step.approval.digest
     outcome.event = recorder.emit(
@@ -345,14 +394,24 @@ async def _call(state: TurnState, step: PlannedStep, done: dict[str, StepOutcome
 
 
 async def _as_the_ledger_knows(
-    state: TurnState, context: CapabilityContext, outcome: StepOutcome, timed_out: bool
+    state: TurnState, context: CapabilityContext, outcome: StepOutcome, unfinished: str | None
 ) -> StepOutcome:
     """The outcome of a step that left writes unfinished, from the ledger's current receipts.
 
     Reads only when a ``run_effect`` call of the step was interrupted (no read otherwise). An
     unknown outcome wins over everything the capability said; a write that went through is
-    never reported as failed or as not done.
+    never reported as failed or as not done. ``unfinished`` is the ``applied`` reason of a step
+    that stopped (its timeout, or an exception): ``None`` when the capability returned.
     """
+    decided = await _decided(state, context, outcome, unfinished)
+    if decided is not outcome:
+        decided.error_type = outcome.error_type  # the step's event still names the exception
+    return decided
+
+
+async def _decided(
+    state: TurnState, context: CapabilityContext, outcome: StepOutcome, unfinished: str | None
+) -> StepOutcome:
     copies: dict[str, EffectReceipt] = {}
     keys = context.interrupted
     if keys:
@@ -370,7 +429,7 @@ async def _as_the_ledger_knows(
                 copies[key] = receipt.model_copy(
                     update={"status": ReceiptStatus.UNCERTAIN, "error": INTERRUPTED}
                 )
-    if not copies and not timed_out:
+    if not copies and unfinished is None:
         return outcome
     merged = {r.idempotency_key: r for r in outcome.receipts}
     merged.update(copies)
@@ -379,10 +438,28 @@ async def _as_the_ledger_knows(
     if any(r.status is ReceiptStatus.UNCERTAIN for r in receipts):
         return _uncertain(step, receipts)
     if any(r.status is ReceiptStatus.COMPLETED for r in copies.values()) or (
-        timed_out and any(r.status is ReceiptStatus.COMPLETED for r in receipts)
+        unfinished is not None and any(r.status is ReceiptStatus.COMPLETED for r in receipts)
     ):
-        return StepOutcome(step=step, status=StepStatus.APPLIED, reason=APPLIED, receipts=receipts)
+        return StepOutcome(
+            step=step, status=StepStatus.APPLIED, reason=unfinished or APPLIED, receipts=receipts
+        )
     return outcome
+
+
+def _log_failure(state: TurnState, step: PlannedStep, exc: Exception, error: StepError) -> None:
+    """The operator's record of a step that raised: the server's log gets the traceback (the
+    answer, the checkpoint and the events never get the exception's message)."""
+    logger.log(
+        logging.WARNING if error.retryable else logging.ERROR,
+        "step %s (%s) of turn %s in thread %s raised %s; the step failed (retryable=%s)",
+        step.step_id,
+        step.capability.id,
+        state.turn.turn_id,
+        state.turn.thread_id,
+        type_name(exc),
+        error.retryable,
+        exc_info=exc,
+    )
 
 
 def _unknown(state: TurnState, context: CapabilityContext, key: str) -> EffectReceipt:

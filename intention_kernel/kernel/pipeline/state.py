@@ -25,6 +25,7 @@ from ..capability import Capability
 from ..context import TurnInfo
 from ..events import EventRecorder
 from ..facts import FactRef
+from ..failures import ErrorClassifier, StepError
 from ..limits import KernelLimits
 from ..prompts import Catalog
 from ..response import Response, TurnUsage
@@ -105,6 +106,8 @@ class AgentRuntime:
     """The kernel's clock: every time it records (events, messages, approvals, durations)."""
     ids: Callable[[str], str]
     """The kernel's id generator (``prefix -> id``): trace, evidence and execution ids."""
+    classify_error: ErrorClassifier | None = None
+    """The host's mapping of a capability's exception to a ``StepError`` (``None``: default)."""
 
 
 @dataclass(slots=True)
@@ -184,6 +187,10 @@ class StepOutcome:
     event: KernelEvent | None = None
     artifacts: dict[str, JsonValue] = field(default_factory=dict)
     """What a completed step returned for the host (``Completed.artifacts``), stored form."""
+    error: StepError | None = None
+    """Set when the step ended by an exception (or its timeout): how it is reported."""
+    error_type: str | None = None
+    """That exception's qualified class name, for the step's event (never its message)."""
 
 
 @dataclass(slots=True)
