@@ -35,8 +35,9 @@ class RetryPolicy:
     at ``max_delay``, with jitter (half fixed, half random) so clients that failed together do
     not retry together, and at least the provider's ``retry-after``. ``deadline`` bounds the
     whole request, waits included: a retry that would start after it is not made.
-    ``attempt_timeout`` bounds one call (shortened to what is left of the deadline). ``sleep``,
-    ``clock`` and ``jitter`` are injectable for tests.
+    ``attempt_timeout`` bounds one call by the wall clock, however its body arrives (shortened
+    to what is left of the deadline). ``sleep``, ``clock`` and ``jitter`` are injectable for
+    tests.
     """
 
     attempts: int = 4
