@@ -172,11 +172,11 @@ class Floor:
                 "ik.agent.fingerprint": "ik1-" + "0" * 64,
                 "ik.thread.id": f"t{n // 20}",
                 "ik.turn.id": f"u{n}",
-                "db.system": "sqlite",
+                "db.system.name": "sqlite",
             },
         )
         token = otel_context.attach(trace.set_span_in_context(turn))
-        self.lease.record(0.0004, {"ik.agent.id": "travel-desk", "db.system": "sqlite"})
+        self.lease.record(0.0004, {"ik.agent.id": "travel-desk", "db.system.name": "sqlite"})
         self._chat("interpret")
         self._span(
             "ik.plan", None, {"ik.plan.steps": 1, "ik.plan.held": 0, "ik.plan.clarifications": 0}

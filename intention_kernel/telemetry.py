@@ -16,7 +16,8 @@ What is emitted (see ``docs/observability.md``):
 * spans ``ik.turn``, ``ik.plan``, ``chat {model}`` (the OpenTelemetry
   GenAI conventions, ``gen_ai.*``), ``ik.step {capability}`` and ``ik.effect {capability}``;
 * metrics ``ik.turn.duration``, ``ik.turn.replays``, ``ik.lease.wait``, ``ik.effects``,
-  ``gen_ai.client.token.usage``, ``ik.receipts.uncertain`` (``UncertainReceipts``),
+  ``gen_ai.client.operation.duration``, ``gen_ai.client.token.usage`` (with the GenAI
+  conventions' bucket boundaries), ``ik.receipts.uncertain`` (``UncertainReceipts``),
   ``ik.relay.delivery.lag`` and ``ik.relay.dead_letters`` (``RelayTelemetry``);
 * a caller's W3C trace context continued (``continued_trace``, for the HTTP service).
 
@@ -37,6 +38,7 @@ from types import TracebackType
 from typing import Any, Protocol, Self
 
 from .__version__ import __version__
+from .contracts.errors import ModelGatewayError
 from .contracts.events import KernelEvent
 from .contracts.receipts import EffectReceipt, ReceiptStatus
 
@@ -77,7 +79,7 @@ def key_hash(key: str) -> str:
 
 
 def db_system(store: object) -> str | None:
-    """The ``db.system`` of a store, from its class (the kernel sees only the protocol)."""
+    """The ``db.system.name`` of a store, from its class (the kernel sees only the protocol)."""
     name = type(store).__name__.lower()
     if "sqlite" in name:
         return "sqlite"
@@ -109,11 +111,44 @@ def continued_trace(headers: Mapping[str, str]) -> Iterator[None]:
         otel_context.detach(token)
 
 
+_GEN_AI_PROVIDERS = {
+    "google": "gcp.gemini",
+    "google-gla": "gcp.gemini",
+    "gemini": "gcp.gemini",
+    "google-cloud": "gcp.vertex_ai",
+    "google-vertex": "gcp.vertex_ai",
+    "mistral": "mistral_ai",
+    "bedrock": "aws.bedrock",
+    "bedrock-mantle": "aws.bedrock",
+    "xai": "x_ai",
+    "grok": "x_ai",
+    "azure": "azure.ai.openai",
+}
+"""Provider names as gateways give them (Pydantic AI's, the model-string prefixes) that the
+GenAI conventions know by another ``gen_ai.provider.name``; the others are kept as given
+(``openai``, ``anthropic``, ``groq``, ``cohere``, ``deepseek`` are already the conventions')."""
+
+
+def _gen_ai_provider(name: str) -> str:
+    """The conventions' well-known ``gen_ai.provider.name`` for a gateway's provider name."""
+    return _GEN_AI_PROVIDERS.get(name, name)
+
+
 def _error_type(exc: BaseException) -> str:
-    if isinstance(exc, asyncio.CancelledError):
-        return "cancelled"
-    code = getattr(exc, "code", None)
-    return f"{type(exc).__name__}:{code}" if isinstance(code, str) else type(exc).__name__
+    """``error.type``: the HTTP status a provider answered, the failure's kind when a gateway
+    classified it without one (``timeout``, ``connection``...), else the exception's fully
+    qualified class name (the conventions' low-cardinality choices)."""
+    if isinstance(exc, ModelGatewayError):
+        context = exc.context
+        status = context.get("status")
+        if isinstance(status, int) and not isinstance(status, bool):
+            return str(status)
+        kind = context.get("kind")
+        if isinstance(kind, str) and kind:
+            return kind
+    kind_of = type(exc)
+    module = kind_of.__module__
+    return kind_of.__qualname__ if module == "builtins" else f"{module}.{kind_of.__qualname__}"
 
 
 def _clean(value: object) -> Any:
@@ -170,6 +205,19 @@ class _Null:
 NULL = _Null()
 
 
+_TURN_BOUNDS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+"""``ik.turn.duration`` buckets (s): from a replay's tens of milliseconds to a turn of several
+model calls and slow providers (minutes); the SDK's default ones put every turn under 5 s in
+one bucket."""
+_LEASE_BOUNDS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+"""``ik.lease.wait`` buckets (s): a free lease and a checkpoint load take milliseconds; waiting
+behind another delivery of the thread lasts as long as its turn."""
+_OPERATION_BOUNDS = tuple(round(0.01 * 2**n, 2) for n in range(14))
+"""``gen_ai.client.operation.duration`` buckets (0.01, 0.02, 0.04, ... 81.92 s), as the GenAI
+conventions advise."""
+_TOKEN_BOUNDS = tuple(4**n for n in range(14))
+"""``gen_ai.client.token.usage`` buckets (1, 4, 16, ... 67108864), as the conventions advise."""
+
 _POINTS_KEPT = 4096
 """How many metric attribute sets one ``Telemetry`` keeps built. Their values are agent,
 outcome, store, capability, receipt status, provider, model and task names (never a thread or
@@ -177,7 +225,7 @@ turn id), so a kernel has a few dozen; past the bound they are built per point."
 
 _DURATION = ("ik.agent.id", "ik.turn.outcome")
 _REPLAYS = ("ik.agent.id",)
-_LEASE = ("ik.agent.id", "db.system")
+_LEASE = ("ik.agent.id", "db.system.name")
 _EFFECTS = ("ik.capability.id", "ik.receipt.status")
 _TOKENS = (
     "gen_ai.operation.name",
@@ -185,6 +233,14 @@ _TOKENS = (
     "gen_ai.request.model",
     "ik.model.task",
     "gen_ai.token.type",
+)
+_OPERATION = (
+    "gen_ai.operation.name",
+    "gen_ai.provider.name",
+    "gen_ai.request.model",
+    "ik.model.task",
+    "gen_ai.response.model",
+    "error.type",
 )
 
 
@@ -202,6 +258,7 @@ class Telemetry:
         "_durations",
         "_effects",
         "_lease",
+        "_operations",
         "_own_meter",
         "_own_tracer",
         "_points",
@@ -242,7 +299,10 @@ class Telemetry:
             meter_provider=meter_provider if isinstance(meter_provider, MeterProvider) else None,
         )
         self._durations = meter.create_histogram(
-            "ik.turn.duration", unit="s", description="Duration of CompiledAgent.run by outcome."
+            "ik.turn.duration",
+            unit="s",
+            description="Duration of CompiledAgent.run by outcome.",
+            explicit_bucket_boundaries_advisory=_TURN_BOUNDS,
         )
         self._replays = meter.create_counter(
             "ik.turn.replays", unit="{turn}", description="Turns answered from the stored result."
@@ -251,12 +311,22 @@ class Telemetry:
             "ik.lease.wait",
             unit="s",
             description="From calling with_turn until the turn runs: lease wait plus load.",
+            explicit_bucket_boundaries_advisory=_LEASE_BOUNDS,
         )
         self._effects = meter.create_counter(
             "ik.effects", unit="{effect}", description="run_effect calls by final receipt status."
         )
         self._tokens = meter.create_histogram(
-            "gen_ai.client.token.usage", unit="{token}", description="Tokens per model call."
+            "gen_ai.client.token.usage",
+            unit="{token}",
+            description="Number of input and output tokens used.",
+            explicit_bucket_boundaries_advisory=_TOKEN_BOUNDS,
+        )
+        self._operations = meter.create_histogram(
+            "gen_ai.client.operation.duration",
+            unit="s",
+            description="GenAI operation duration.",
+            explicit_bucket_boundaries_advisory=_OPERATION_BOUNDS,
         )
 
     def turn(
@@ -425,7 +495,7 @@ class _Turn:
             "ik.turn.id": turn_id,
         }
         if store is not None:
-            self.attributes["db.system"] = store
+            self.attributes["db.system.name"] = store
         self.replayed = False
         self.recording = False
         self.traceparent: str | None = None
@@ -590,11 +660,15 @@ class _Chat(_Optional):
     """A model call after the OpenTelemetry GenAI conventions, current while the gateway runs
     (an instrumented HTTP client's span nests under it)."""
 
-    __slots__ = ("attributes", "task", "turn")
+    __slots__ = ("_started", "attributes", "responded", "task", "turn")
 
     def __init__(self, turn: _Turn, task: str, provider: str | None, model: str) -> None:
         self.turn = turn
         self.task = task
+        self.responded: str | None = None
+        self._started = 0.0
+        if provider is not None:
+            provider = _gen_ai_provider(provider)
         self.attributes: Attributes = {
             "gen_ai.operation.name": "chat",
             "gen_ai.request.model": model,
@@ -617,9 +691,12 @@ class _Chat(_Optional):
         output_tokens: int,
     ) -> None:
         """The provider's answer: who answered, why it stopped, what it cost."""
+        if provider is not None:
+            provider = _gen_ai_provider(provider)
         if provider is not None and "gen_ai.provider.name" not in self.attributes:
             self.attributes["gen_ai.provider.name"] = provider
             self.attributes["gen_ai.system"] = provider
+        self.responded = model
         if self.turn.metered:
             telemetry = self.turn.telemetry
             named = self.attributes.get("gen_ai.provider.name")
@@ -640,6 +717,27 @@ class _Chat(_Optional):
             answered["gen_ai.response.model"] = model
         if finish_reason is not None:
             answered["gen_ai.response.finish_reasons"] = [finish_reason]
+
+    def __enter__(self) -> Self:
+        self._started = time.perf_counter()
+        return super().__enter__()
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        turn = self.turn
+        if turn.metered:
+            telemetry = turn.telemetry
+            named = self.attributes.get("gen_ai.provider.name")
+            asked = self.attributes["gen_ai.request.model"]
+            error = None if exc is None else _error_type(exc)
+            key = ("operation", "chat", named, asked, self.task, self.responded, error)
+            measured = telemetry.point(key, _OPERATION)
+            telemetry._operations.record(time.perf_counter() - self._started, measured)
+        super().__exit__(kind, exc, tb)
 
 
 def model_span(task: str, provider: str | None, model: str) -> _Chat | _Null:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 
@@ -18,14 +18,17 @@ from .retry import Failure
 
 __all__ = [
     "TASK_GUIDES",
+    "NotTheAPI",
     "answer_name",
     "http_failure",
     "model_name",
+    "not_the_api",
     "parse_json",
     "redact",
     "render",
     "restarted",
     "retry_after",
+    "stream_checked",
 ]
 
 TASK_GUIDES: dict[str, str] = {
@@ -70,6 +73,32 @@ def render(request: ModelRequest, guides: Mapping[str, str]) -> tuple[str, str]:
 def restarted() -> ModelOutputDelta:
     """What a stream yields before retrying after it had yielded deltas: drop them."""
     return ModelOutputDelta(text="", restarted=True)
+
+
+class NotTheAPI(Exception):
+    """A 200 answer in another format than the API's (a proxy's or captive portal's page, a
+    wrong ``base_url``): the SDKs hand such a body over as a string."""
+
+    def __init__(self, content_type: str | None) -> None:
+        super().__init__(content_type)
+        self.content_type = redact(content_type or "no content type", 80)
+
+
+def not_the_api(provider: str, exc: NotTheAPI) -> Failure:
+    """Retryable: a proxy or portal in the way may be gone on the next try."""
+    return Failure(
+        "server",
+        True,
+        f"{provider}: the server answered {exc.content_type}, not the API's JSON: "
+        "check the base URL and any proxy in between",
+    )
+
+
+def stream_checked(headers: Mapping[str, str]) -> None:
+    """Raise ``NotTheAPI`` unless a streamed answer is server-sent events."""
+    found = headers.get("content-type")
+    if (found or "").split(";")[0].strip().lower() != "text/event-stream":
+        raise NotTheAPI(found)
 
 
 def answer_name(task: str) -> str:
@@ -142,22 +171,47 @@ def retry_after(headers: Mapping[str, str] | None) -> float | None:
     return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
+_SPENT = frozenset(
+    {
+        # OpenAI: the error type of every billing 429, and the codes that name the cause.
+        "insufficient_quota",
+        "credit_balance_exhausted",
+        "organization_spend_limit_exceeded",
+        "project_spend_limit_exceeded",
+        "organization_usage_limit_exceeded",
+        # Anthropic: the billing type, and the ``error.details.error_code`` of a spend-limit 429.
+        "billing_error",
+        "enforced_spend_limit_reached",
+        "contract_spend_limit_reached",
+    }
+)
+"""Error types and codes that say the account cannot spend more: a 429 with one of them is
+final (retrying does not restore access until someone adds credit or raises a limit)."""
+
+
 def http_failure(
     provider: str,
     status: int,
     *,
     headers: Mapping[str, str] | None = None,
     detail: str = "",
-    code: str | None = None,
+    codes: Iterable[str | None] = (),
     key_hint: str = "the API key",
 ) -> Failure:
-    """Classify an HTTP error status. ``detail`` (the provider's message) is shown, redacted,
-    only where it tells what is wrong with the request; never for credential errors."""
+    """Classify an HTTP error status. ``codes`` are the provider's error type and codes (a 429
+    is a rate limit or a spent account, told apart only by them). ``detail`` (the provider's
+    message) is shown, redacted, only where it tells what is wrong with the request; never for
+    credential errors."""
     wait = retry_after(headers)
     said = f": {redact(detail)}" if detail else ""
-    if status == 429 and code in ("insufficient_quota", "billing_error"):
+    spent = sorted({c for c in codes if c in _SPENT})
+    if status == 429 and spent:
         return Failure(
-            "quota", False, f"{provider}: the account's quota is used up (429){said}", status
+            "quota",
+            False,
+            f"{provider}: the account's credit, quota or spend limit is used up "
+            f"(429 {', '.join(spent)}){said}",
+            status,
         )
     if status == 429:
         return Failure("rate_limit", True, f"{provider}: rate limited (429)", status, wait)

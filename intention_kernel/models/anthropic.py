@@ -25,7 +25,17 @@ from anthropic.types import Message
 
 from ..contracts.errors import ConfigurationError
 from ..contracts.gateway import ModelOutputDelta, ModelRefusal, ModelRequest, ModelResponse
-from ._common import TASK_GUIDES, answer_name, http_failure, model_name, render, restarted
+from ._common import (
+    TASK_GUIDES,
+    NotTheAPI,
+    answer_name,
+    http_failure,
+    model_name,
+    not_the_api,
+    render,
+    restarted,
+    stream_checked,
+)
 from .retry import Failure, RetryPolicy, stream_with_retries, with_retries
 from .schemas import Dialect, strip_null_optionals, to_dialect
 
@@ -53,10 +63,6 @@ _ERROR_STATUS = {
     "timeout_error": 504,
     "overloaded_error": 529,
 }
-
-
-class _Unreadable(Exception):
-    """The streamed tool input is not JSON the SDK can read (a server fault: retried)."""
 
 
 class AnthropicGateway:
@@ -141,7 +147,10 @@ class AnthropicGateway:
         name, tool, params = self._request(request)
 
         async def call(seconds: float) -> Message:
-            answer: Message = await self._client.messages.create(**params, timeout=seconds)
+            raw = await self._client.messages.with_raw_response.create(**params, timeout=seconds)
+            answer: object = await raw.parse()
+            if not isinstance(answer, Message):  # not JSON: the SDK gives the text
+                raise NotTheAPI(raw.headers.get("content-type"))
             return answer
 
         context = {"provider": self.provider, "model": name, "task": request.task}
@@ -157,7 +166,8 @@ class AnthropicGateway:
         delta is retried like ``complete``; a failure after deltas (an ``error`` event such as
         ``overloaded_error``, a lost connection) is retried too, after
         ``ModelOutputDelta("", restarted=True)``: a model call has no effect to repeat, and the
-        kernel uses only the final response.
+        kernel uses only the final response. A tool input that is not JSON ends the stream with
+        a response without output, as ``complete`` answers it (the kernel repairs it).
         """
         name, tool, params = self._request(request)
         schema = dict(request.output_schema)
@@ -165,6 +175,7 @@ class AnthropicGateway:
         async def attempt(seconds: float) -> AsyncGenerator[ModelOutputDelta | ModelResponse, None]:
             answer: list[int] = []  # the indexes of the answer's tool_use blocks
             async with self._client.messages.stream(**params, timeout=seconds) as events:
+                stream_checked(events.response.headers)
                 try:
                     async for event in events:
                         if event.type == "content_block_start":
@@ -178,8 +189,11 @@ class AnthropicGateway:
                             and event.delta.partial_json
                         ):
                             yield ModelOutputDelta(text=event.delta.partial_json)
-                except ValueError as exc:  # the SDK could not read the tool input's JSON
-                    raise _Unreadable() from exc
+                except json.JSONDecodeError:  # an event that is not JSON: a server fault
+                    raise
+                except ValueError:  # the model's tool input is not JSON: the kernel repairs it
+                    yield self._unreadable(events.current_message_snapshot)
+                    return
                 message = await events.get_final_message()
                 if message.stop_reason is None:  # the body ended before message_delta: cut
                     raise anthropic.APIConnectionError(
@@ -193,14 +207,15 @@ class AnthropicGateway:
             async for item in items:
                 yield item
 
+    def _unreadable(self, message: Message) -> ModelResponse:
+        """The answer when the tool input does not parse: no output, as ``complete`` answers
+        JSON it cannot use, so the kernel's repair runs (what was spent so far is counted)."""
+        return ModelResponse(
+            model=message.model or None, usage=_usage(message), provider=self.provider
+        )
+
     def _response(self, message: Message, tool: str, schema: dict[str, Any]) -> ModelResponse:
-        used = message.usage
-        usage = {
-            "input_tokens": used.input_tokens
-            + (used.cache_creation_input_tokens or 0)
-            + (used.cache_read_input_tokens or 0),
-            "output_tokens": used.output_tokens,
-        }
+        usage = _usage(message)
         finish = _FINISH.get(str(message.stop_reason), message.stop_reason)
         common: dict[str, Any] = {
             "model": message.model or None,
@@ -220,6 +235,8 @@ class AnthropicGateway:
         return ModelResponse(**common)
 
     def _classify(self, exc: Exception) -> Failure | None:
+        if isinstance(exc, NotTheAPI):
+            return not_the_api("anthropic", exc)
         if isinstance(exc, anthropic.APITimeoutError):
             return Failure("timeout", True, "anthropic: the request timed out")
         if isinstance(exc, anthropic.APIConnectionError):
@@ -237,14 +254,26 @@ class AnthropicGateway:
             status = exc.status_code
             if status < 400:  # an error event inside a stream, after a 200
                 status = _ERROR_STATUS.get(kind, 500)
+            details = error.get("details")
+            cause = details.get("error_code") if isinstance(details, dict) else None
             return http_failure(
                 "anthropic",
                 status,
                 headers=exc.response.headers,
                 detail=str(error.get("message") or ""),
-                code=kind or None,
+                codes=(kind, cause if isinstance(cause, str) else None),
                 key_hint="ANTHROPIC_API_KEY",
             )
-        if isinstance(exc, anthropic.APIError | json.JSONDecodeError | _Unreadable):  # not JSON
+        if isinstance(exc, anthropic.APIError | json.JSONDecodeError):  # not JSON
             return Failure("server", True, "anthropic: the server's answer was unreadable")
         return None
+
+
+def _usage(message: Message) -> dict[str, int]:
+    used = message.usage
+    return {
+        "input_tokens": used.input_tokens
+        + (used.cache_creation_input_tokens or 0)
+        + (used.cache_read_input_tokens or 0),
+        "output_tokens": used.output_tokens,
+    }

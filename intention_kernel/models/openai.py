@@ -28,12 +28,15 @@ from ..contracts.errors import ConfigurationError
 from ..contracts.gateway import ModelOutputDelta, ModelRefusal, ModelRequest, ModelResponse
 from ._common import (
     TASK_GUIDES,
+    NotTheAPI,
     answer_name,
     http_failure,
     model_name,
+    not_the_api,
     parse_json,
     render,
     restarted,
+    stream_checked,
 )
 from .retry import Failure, RetryPolicy, stream_with_retries, with_retries
 from .schemas import Dialect, check_schema, strip_null_optionals, to_dialect
@@ -163,9 +166,12 @@ class OpenAIGateway:
         name, params = self._request(request)
 
         async def call(seconds: float) -> ChatCompletion:
-            answer: ChatCompletion = await self._client.chat.completions.create(
+            raw = await self._client.chat.completions.with_raw_response.create(
                 **params, timeout=seconds
             )
+            answer: object = raw.parse()
+            if not isinstance(answer, ChatCompletion):  # not JSON: the SDK gives the text
+                raise NotTheAPI(raw.headers.get("content-type"))
             return answer
 
         context = {"provider": self.provider, "model": name, "task": request.task}
@@ -192,6 +198,7 @@ class OpenAIGateway:
             state: ChatCompletionStreamState[object] = ChatCompletionStreamState()
             finished = False
             async with chunks:
+                stream_checked(chunks.response.headers)
                 async for chunk in chunks:
                     state.handle_chunk(chunk)
                     for choice in chunk.choices:
@@ -247,6 +254,8 @@ class OpenAIGateway:
         )
 
     def _classify(self, exc: Exception) -> Failure | None:
+        if isinstance(exc, NotTheAPI):
+            return not_the_api(self.provider, exc)
         if isinstance(exc, openai.APITimeoutError):
             return Failure("timeout", True, f"{self.provider}: the request timed out")
         if isinstance(exc, openai.APIConnectionError):
@@ -258,7 +267,7 @@ class OpenAIGateway:
                 exc.status_code,
                 headers=exc.response.headers,
                 detail=str(body.get("message") or ""),
-                code=exc.code,
+                codes=(exc.code, exc.type),
                 key_hint=self.key_env,
             )
         if isinstance(exc, openai.APIError) and isinstance(exc.body, dict):  # an error event
@@ -269,7 +278,7 @@ class OpenAIGateway:
                 self.provider,
                 status,
                 detail=str(exc.body.get("message") or ""),
-                code=exc.code,
+                codes=(exc.code, exc.type),
                 key_hint=self.key_env,
             )
         if isinstance(exc, openai.APIError | json.JSONDecodeError):  # a body that is not JSON

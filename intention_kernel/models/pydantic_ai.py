@@ -264,7 +264,7 @@ class PydanticAIGateway:
                 provider,
                 exc.status_code,
                 detail=detail,
-                code=exc.provider_error_code,
+                codes=(exc.provider_error_code,),
                 key_hint=self.key_hint,
             )
             if exc.retry_after is not None and failure.retryable:

@@ -35,8 +35,9 @@ class RetryPolicy:
     at ``max_delay``, with jitter (half fixed, half random) so clients that failed together do
     not retry together, and at least the provider's ``retry-after``. ``deadline`` bounds the
     whole request, waits included: a retry that would start after it is not made.
-    ``attempt_timeout`` bounds one call (shortened to what is left of the deadline). ``sleep``,
-    ``clock`` and ``jitter`` are injectable for tests.
+    ``attempt_timeout`` bounds one call by the wall clock, however its body arrives (shortened
+    to what is left of the deadline). ``sleep``, ``clock`` and ``jitter`` are injectable for
+    tests.
     """
 
     attempts: int = 4
@@ -101,11 +102,17 @@ async def with_retries(
     attempt = 0
     while True:
         attempt += 1
-        left = deadline - policy.clock()
+        seconds = max(0.001, min(policy.attempt_timeout, deadline - policy.clock()))
+        # The SDKs' timeouts bound each read, not the answer: a body that trickles in a byte
+        # at a time resets them forever. This bounds the attempt by the wall clock too.
+        bound = asyncio.timeout(seconds)
         try:
-            return await call(max(0.001, min(policy.attempt_timeout, left)))
+            async with bound:
+                return await call(seconds)
         except Exception as exc:
             failure = classify(exc)
+            if failure is None and bound.expired():
+                failure = _timed_out(context)
             if failure is None:
                 raise
             await policy.sleep(_wait(failure, exc, attempt, policy, deadline, context))
@@ -144,8 +151,7 @@ async def stream_with_retries(
                 except Exception as exc:
                     failure = classify(exc)
                     if failure is None and isinstance(exc, TimeoutError):
-                        where = context.get("provider") or "the provider"
-                        failure = Failure("timeout", True, f"{where}: the request timed out")
+                        failure = _timed_out(context)
                     if failure is None:
                         raise
                     delay = _wait(failure, exc, number, policy, deadline, context)
@@ -158,6 +164,12 @@ async def stream_with_retries(
             shown = False
             yield restart()
         await policy.sleep(delay)
+
+
+def _timed_out(context: dict[str, Any]) -> Failure:
+    """The failure of an attempt cut off by its wall-clock bound."""
+    where = context.get("provider") or "the provider"
+    return Failure("timeout", True, f"{where}: the request timed out")
 
 
 def _wait(

@@ -377,3 +377,69 @@ def anthropic_error_event(kind: str, message: str) -> tuple[str, Any]:
 def gemini_stream(chunks: list[dict[str, Any]]) -> httpx2.Response:
     """``streamGenerateContent?alt=sse``: one ``data:`` event per ``GenerateContentResponse``."""
     return sse([(None, chunk) for chunk in chunks])
+
+
+# A slow server on a real socket ------------------------------------------------------------
+
+
+class TrickleServer:
+    """A loopback HTTP/1.1 server that answers every request with ``body`` one byte at a time,
+    ``pause`` seconds apart, over a real socket: every byte resets an SDK's read timeout, so
+    only a bound on the whole answer cuts it short. ``requests`` counts the requests read;
+    ``answering`` is set once the first one is."""
+
+    def __init__(
+        self, body: bytes, *, pause: float = 0.03, content_type: str = "application/json"
+    ) -> None:
+        self.body = body
+        self.pause = pause
+        self.content_type = content_type
+        self.requests = 0
+        self.answering = asyncio.Event()
+        self.url = ""
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def __aenter__(self) -> TrickleServer:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        port = self._server.sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        try:
+            while True:  # one request after another on a kept-alive connection
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.decode("latin-1").split("\r\n")[1:]:
+                    name, _, value = line.partition(":")
+                    if name.strip().lower() == "content-length":
+                        length = int(value)
+                await reader.readexactly(length)
+                self.requests += 1
+                self.answering.set()
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: %b\r\ncontent-length: %d\r\n\r\n"
+                    % (self.content_type.encode(), len(self.body))
+                )
+                await writer.drain()
+                for byte in self.body:
+                    writer.write(bytes([byte]))
+                    await writer.drain()
+                    await asyncio.sleep(self.pause)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass  # the client gave up on the answer and closed the connection
+        finally:
+            writer.close()
+            self._tasks.discard(task)

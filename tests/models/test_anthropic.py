@@ -174,3 +174,56 @@ async def test_an_answer_without_the_tool_call_goes_to_the_repair_path() -> None
     server = FakeServer(anthropic_body([{"type": "text", "text": "{oops"}], stop="end_turn"))
     response = await gateway(server).complete(interpret())
     assert (response.output, response.finish_reason) == (None, "stop")
+
+
+def spend_limit(code: str) -> httpx2.Response:
+    """A 429 whose ``error.details.error_code`` says the organization cannot spend more."""
+    body = {
+        "type": "error",
+        "error": {
+            "type": "rate_limit_error",
+            "message": "You have reached your organization's monthly usage limit.",
+            "details": {"error_code": code},
+        },
+    }
+    return httpx2.Response(429, json=body)
+
+
+@pytest.mark.parametrize("code", ["enforced_spend_limit_reached", "contract_spend_limit_reached"])
+async def test_a_spend_limit_429_is_final_after_one_call(code: str) -> None:
+    clock = Clock()
+    server = FakeServer(spend_limit(code), anthropic_tool("interpret", {"intentions": []}))
+    with pytest.raises(ModelGatewayError) as raised:
+        await gateway(server, clock).complete(interpret())
+    error = raised.value
+    assert (error.retryable, error.context["kind"], error.context["status"]) == (
+        False,
+        "quota",
+        429,
+    )
+    assert error.context["attempts"] == 1 and code in error.message
+    assert len(server.requests) == 1 and clock.waits == []
+
+
+async def test_a_billing_error_is_final_after_one_call() -> None:
+    server = FakeServer(anthropic_error(402, "billing_error", "Your credit balance is too low."))
+    with pytest.raises(ModelGatewayError) as raised:
+        await gateway(server).complete(interpret())
+    assert (raised.value.retryable, raised.value.context["kind"]) == (False, "quota")
+    assert len(server.requests) == 1
+
+
+async def test_a_200_page_that_is_not_the_api_is_a_retryable_gateway_error() -> None:
+    page = httpx2.Response(
+        200, content=b"<html><body>Sign in</body></html>", headers={"content-type": "text/html"}
+    )
+    server = FakeServer(page)
+    with pytest.raises(ModelGatewayError) as raised:
+        await gateway(server).complete(interpret())
+    assert raised.value.retryable is True
+    assert raised.value.context["kind"] == "server"
+    assert "text/html" in raised.value.message
+    assert len(server.requests) == 4
+
+    server = FakeServer(page, anthropic_tool("interpret", {"intentions": []}))
+    assert (await gateway(server).complete(interpret())).output == {"intentions": []}

@@ -233,3 +233,59 @@ async def test_a_rejected_key_before_the_stream_is_final_and_never_shown() -> No
     assert (raised.value.retryable, raised.value.context["kind"]) == (False, "authentication")
     assert "ANTHROPIC_API_KEY" in raised.value.message
     assert KEY not in str(raised.value.to_json())
+
+
+async def test_a_spend_limit_error_event_is_final() -> None:
+    limit = (
+        "error",
+        {
+            "type": "error",
+            "error": {
+                "type": "rate_limit_error",
+                "message": "You have reached your organization's monthly usage limit.",
+                "details": {"error_code": "enforced_spend_limit_reached"},
+            },
+        },
+    )
+    server = FakeServer(lambda _: sse([*anthropic_events(TOOL, upto=4), limit]))
+    with pytest.raises(ModelGatewayError) as raised:
+        await collect(gateway(server))
+    assert (raised.value.retryable, raised.value.context["kind"]) == (False, "quota")
+    assert len(server.requests) == 1
+
+
+async def test_malformed_tool_json_is_answered_without_output_for_the_repair() -> None:
+    # The model's tool input is not JSON: like complete (and the other gateways), the answer
+    # has no output and the kernel's one repair runs; nothing is retried.
+    events = anthropic_events([anthropic_tool_block("interpret", {})], upto=4)
+    bad = {
+        "type": "content_block_delta",
+        "index": 0,
+        "delta": {"type": "input_json_delta", "partial_json": '{"intentions": ]'},
+    }
+    rest = anthropic_events([anthropic_tool_block("interpret", {})])[5:]
+    server = FakeServer(lambda _: sse([*events, ("content_block_delta", bad), *rest]))
+    deltas, final = await collect(gateway(server))
+    assert final.output is None
+    assert final.refusal is None
+    assert final.provider == "anthropic" and final.model == "claude-sonnet-4-5-20250929"
+    assert final.usage["input_tokens"] == 100
+    assert not any(d.restarted for d in deltas)
+    assert len(server.requests) == 1
+
+
+async def test_a_200_page_instead_of_the_stream_names_its_content_type() -> None:
+    page = httpx2.Response(
+        200, content=b"<html>Sign in</html>", headers={"content-type": "text/html"}
+    )
+    server = FakeServer(page, anthropic_stream(TOOL))
+    _, final = await collect(gateway(server))
+    assert final.output == VALUE
+    assert len(server.requests) == 2
+
+    server = FakeServer(page)
+    with pytest.raises(ModelGatewayError) as raised:
+        await collect(gateway(server))
+    assert raised.value.retryable is True
+    assert "text/html" in raised.value.message
+    assert len(server.requests) == 4

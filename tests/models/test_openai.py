@@ -276,3 +276,63 @@ async def test_truncated_output_is_never_used() -> None:
     assert response.output is None
     assert response.finish_reason == "length"
     assert response.usage == {"input_tokens": 120, "output_tokens": 30}
+
+
+QUOTA = "You exceeded your current quota, please check your plan and billing details."
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "insufficient_quota",
+        "credit_balance_exhausted",
+        "organization_spend_limit_exceeded",
+        "project_spend_limit_exceeded",
+        "organization_usage_limit_exceeded",
+    ],
+)
+async def test_a_spent_account_429_is_final_after_one_call(code: str) -> None:
+    # Billing 429s share the type insufficient_quota; the code names the cause. Retrying does
+    # not restore access until credit is added or a limit raised.
+    clock = Clock()
+    server = FakeServer(openai_error(429, QUOTA, "insufficient_quota", code), openai_json({}))
+    with pytest.raises(ModelGatewayError) as raised:
+        await gateway(server, clock).complete(compose())
+    error = raised.value
+    assert (error.retryable, error.context["kind"], error.context["status"]) == (
+        False,
+        "quota",
+        429,
+    )
+    assert error.context["attempts"] == 1
+    assert code in error.message
+    assert len(server.requests) == 1 and clock.waits == []
+
+
+async def test_a_rate_limit_429_is_still_retried() -> None:
+    clock = Clock()
+    limited = openai_error(429, "Rate limit reached", "requests", "rate_limit_exceeded")
+    server = FakeServer(limited, openai_json({"text": "ok"}))
+    assert (await gateway(server, clock).complete(compose())).output == {"text": "ok"}
+    assert len(server.requests) == 2
+
+
+@pytest.mark.parametrize("content_type", ["text/html; charset=utf-8", "text/plain"])
+async def test_a_200_page_that_is_not_the_api_is_a_retryable_gateway_error(
+    content_type: str,
+) -> None:
+    # A captive portal, a proxy's login page or a base_url that points at a web site.
+    page = httpx2.Response(
+        200, content=b"<html><body>Sign in</body></html>", headers={"content-type": content_type}
+    )
+    server = FakeServer(page)
+    with pytest.raises(ModelGatewayError) as raised:
+        await gateway(server).complete(compose())
+    error = raised.value
+    assert error.retryable is True
+    assert error.context["kind"] == "server"
+    assert content_type in error.message
+    assert len(server.requests) == 4  # the policy's attempts: a portal may let the next one by
+
+    server = FakeServer(page, openai_json({"text": "ok"}))
+    assert (await gateway(server).complete(compose())).output == {"text": "ok"}

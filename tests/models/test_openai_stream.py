@@ -271,3 +271,35 @@ async def test_a_consumer_that_stops_early_closes_the_response() -> None:
     assert isinstance(first, ModelOutputDelta) and first.text
     await stream.aclose()
     assert body.closed
+
+
+async def test_a_spend_limit_error_event_is_final() -> None:
+    error = {
+        "error": {
+            "message": "You exceeded your current quota, please check your plan.",
+            "type": "insufficient_quota",
+            "code": "project_spend_limit_exceeded",
+        }
+    }
+    server = FakeServer(lambda _: sse([*openai_chunks(ANSWER, upto=2), (None, error)]))
+    with pytest.raises(ModelGatewayError) as raised:
+        await collect(gateway(server))
+    assert (raised.value.retryable, raised.value.context["kind"]) == (False, "quota")
+    assert len(server.requests) == 1
+
+
+async def test_a_200_page_instead_of_the_stream_names_its_content_type() -> None:
+    page = httpx2.Response(
+        200, content=b"<html>Sign in</html>", headers={"content-type": "text/html"}
+    )
+    server = FakeServer(page, openai_stream(ANSWER))
+    _, final = await collect(gateway(server))
+    assert final.output == json.loads(ANSWER)
+    assert len(server.requests) == 2
+
+    server = FakeServer(page)
+    with pytest.raises(ModelGatewayError) as raised:
+        await collect(gateway(server))
+    assert raised.value.retryable is True
+    assert "text/html" in raised.value.message
+    assert len(server.requests) == 4

@@ -26,6 +26,7 @@ from intention_kernel.kernel import (
     AgentDefinition,
     Completed,
     Kernel,
+    TurnCompleted,
     TurnResult,
     TurnUsage,
     define_agent,
@@ -36,11 +37,14 @@ from intention_kernel.testing import EventCollector, MemoryDurability
 
 from .fakes import (
     FakeServer,
+    anthropic_events,
     anthropic_tool,
+    anthropic_tool_block,
     gemini_call,
     openai_body,
     openai_error,
     openai_json,
+    sse,
 )
 
 HOST = {"actor": "ann@example.com", "tenant": "acme"}
@@ -302,3 +306,50 @@ def test_compile_refuses_a_capability_the_openai_dialect_cannot_express() -> Non
     anthropic = Kernel(durability=MemoryDurability(), model=anthropic_gateway(server.client()))
     assert anthropic.compile(agent).fingerprint  # a forced tool call can carry it
     assert server.requests == []
+
+
+async def test_malformed_streamed_tool_json_gets_the_kernels_one_recomposition() -> None:
+    # Streamed, Anthropic's compose answer is tool input that is not JSON: the gateway answers
+    # without output (as complete does), so the kernel recomposes once instead of the gateway
+    # retrying the same request as a server fault.
+    asked: list[str] = []
+
+    def desk(request: httpx2.Request) -> httpx2.Response:
+        body = json.loads(request.content)
+        task = body["tool_choice"]["name"]
+        user = body["messages"][-1]["content"]
+        asked.append(task if "problems" not in json.loads(user) else f"{task} again")
+        if not body.get("stream"):
+            return anthropic_tool(task, desk_answer(task, user))
+        if task == "compose" and "problems" not in json.loads(user):
+            opened = anthropic_events([anthropic_tool_block("compose", {})], upto=4)
+            broken = {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "input_json_delta", "partial_json": '{"text": ]'},
+            }
+            ended = anthropic_events([anthropic_tool_block("compose", {})])[5:]
+            return sse([*opened, ("content_block_delta", broken), *ended])
+        return sse(anthropic_events([anthropic_tool_block(task, desk_answer(task, user))]))
+
+    server = FakeServer(desk)
+    gateway = AnthropicGateway(
+        "claude-sonnet-4-5", api_key="sk-ant-test", http_client=server.client()
+    )
+    kernel = Kernel(
+        durability=MemoryDurability(), model=gateway, ports={"hotels": FakeHotelProvider()}
+    )
+    agent = kernel.compile(build_agent())
+    items = [
+        item
+        async for item in agent.stream(
+            thread_id="t1",
+            turn_id="1",
+            text="Find me a hotel in Lisbon for 2 nights",
+            host_context=HOST,
+        )
+    ]
+    [done] = [i for i in items if isinstance(i, TurnCompleted)]
+    assert "Alfama Inn (120 EUR/night)" in done.result.response.text
+    assert done.result.response.kind == "answer"
+    assert asked == ["interpret", "compose", "compose again"]

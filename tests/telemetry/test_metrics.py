@@ -33,7 +33,7 @@ async def test_turn_effect_token_and_lease_metrics(
     assert replays.value == 1 and replay_attrs == {"ik.agent.id": "travel-desk"}
 
     [(lease_attrs, lease)] = measured.points("ik.lease.wait")
-    assert lease_attrs == {"ik.agent.id": "travel-desk", "db.system": "sqlite"}
+    assert lease_attrs == {"ik.agent.id": "travel-desk", "db.system.name": "sqlite"}
     assert lease.count == 5 and lease.sum > 0
 
     [(effect_attrs, effects)] = measured.points("ik.effects")

@@ -98,7 +98,7 @@ async def test_a_booking_is_one_trace_per_turn_with_the_pipeline_nested(
         "ik.agent.fingerprint": desk.agent.fingerprint,
         "ik.thread.id": "t1",
         "ik.turn.id": "3",
-        "db.system": "sqlite",
+        "db.system.name": "sqlite",
         "ik.turn.outcome": "committed",
         "ik.turn.replayed": False,
     }
@@ -264,7 +264,8 @@ async def test_a_write_in_doubt_is_an_uncertain_effect_in_a_committed_turn(
     assert (step.attributes or {})["ik.step.status"] == "uncertain"
     assert (effect.attributes or {})["ik.receipt.status"] == "uncertain"
     assert effect.status.status_code is StatusCode.ERROR
-    assert str((effect.attributes or {})["error.type"]).startswith("EffectUncertainError")
+    errors = "intention_kernel.contracts.errors"
+    assert (effect.attributes or {})["error.type"] == f"{errors}.EffectUncertainError"
     assert "secret-token-9" not in everything_shown(spans)  # exception messages stay out
 
 
@@ -285,8 +286,9 @@ async def test_a_failing_model_marks_its_call_and_the_turn_as_errors(
     [chat] = named(spans, f"chat {MODEL}")
     for span in (turn, chat):
         assert span.status.status_code is StatusCode.ERROR
-    assert (chat.attributes or {})["error.type"] == "TimeoutError"
-    assert str((turn.attributes or {})["error.type"]).startswith("ModelGatewayError")
+    assert (chat.attributes or {})["error.type"] == "TimeoutError"  # a builtin: its bare name
+    errors = "intention_kernel.contracts.errors"
+    assert (turn.attributes or {})["error.type"] == f"{errors}.ModelGatewayError"
     assert (turn.attributes or {})["ik.turn.outcome"] == "error"
     assert "secret-token-7" not in everything_shown(spans)
     assert all(not span.events for span in (turn, chat))
