@@ -3,10 +3,10 @@
 Why in plain words: a stuck thread is found by an operator under pressure; a held lease, a
 pending confirmation, an uncertain write and an incompatible checkpoint look alike from outside,
 and each has a different remedy. An uncertain write holds only its own key (a turn that calls
-it again fails closed), not the thread: it is reported as such, with an exit code of its own. Each remedy is a command line
-that runs as printed (the store as the operator gave it, or nothing when it came from
-``IK_STORE``), with any password hidden. The reasoning lives in ``operations.diagnosis``,
-shared with the web inspector.
+it again fails closed), not the thread: it is reported as such, with an exit code of its own.
+Each remedy is a command line that runs as printed (the store as the operator gave it, or
+nothing when it came from ``IK_STORE``), with any password hidden. The reasoning lives in
+``operations.diagnosis``, shared with the web inspector.
 """
 
 from __future__ import annotations
