@@ -177,8 +177,13 @@ class Inspector:
         return response
 
     async def session(self, request: Request) -> Session | None:
-        """The request's live session (looked up and its token checked again), or ``None``."""
-        return await self.sessions.get(request.cookies.get(SESSION_COOKIE))
+        """The request's live session (looked up and its token checked again), or ``None``
+        (also when the authenticator fails: no page is shown on a token not checked)."""
+        try:
+            return await self.sessions.get(request.cookies.get(SESSION_COOKIE))
+        except Exception:
+            logger.warning("the authenticator failed checking a session", exc_info=True)
+            return None
 
     async def may(self, session: Session, thread_id: str, action: str) -> bool:
         return bool(await resolve(self.authorize(session.principal, thread_id, action)))
