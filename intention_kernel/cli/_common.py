@@ -76,6 +76,8 @@ class ExitCode(IntEnum):
     FINDINGS = 1
     USAGE = 2
     STORE = 3
+    WRITES_HELD = 4
+    """``thread diagnose``: the thread goes on, but writes await reconciliation."""
 
 
 class CliError(Exception):

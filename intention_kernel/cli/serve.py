@@ -4,7 +4,8 @@ Why ``serve`` refuses to start without tokens: an agent that books and charges m
 reachable by anyone who finds the port; ``--allow-anonymous`` says so explicitly (a trial on
 loopback). The tokens file holds only digests (``principal sha256:<hex> [role,role]``), made
 by ``hash-token``, so it hands out no secret. ``--inspector`` adds the operators' web pages,
-where a principal logs in with the same token (roles ``viewer`` and ``operator``).
+where a principal logs in with the same token (roles ``viewer`` and ``operator``); its queue
+shows the key the provider received, from the served agent's ``provider_key``.
 """
 
 from __future__ import annotations
@@ -77,8 +78,8 @@ def serve(
         typer.Option(
             "--session-secret-file",
             envvar="IK_SESSION_SECRET_FILE",
-            help="File holding the secret (32 bytes or more) that signs inspector sessions;"
-            " without it, one is made per process (env IK_SESSION_SECRET_FILE).",
+            help="File holding the secret (32 bytes or more) that signs the inspector's login"
+            " form; without it, one is made per process (env IK_SESSION_SECRET_FILE).",
             show_default=False,
         ),
     ] = None,

@@ -410,9 +410,10 @@ def create_app(
     decides per thread (default: any authenticated principal). ``turn_timeout`` bounds a turn
     (``None``: no bound); ``shutdown_grace`` is what running turns get at shutdown.
     ``inspector=True`` mounts the operator's web inspector at ``/inspect`` (the same
-    authentication, a login page and session cookies signed with ``session_secret``;
-    ``provider_key(receipt)`` shows the key to look a write up at the provider; see
-    ``docs/inspector.md``).
+    authentication, a login page and server-side sessions; ``session_secret`` signs the login
+    form's cookie;
+    ``provider_key(receipt)`` shows the key to look a write up at the provider, by default
+    the agent's own from ``Kernel.compile(..., provider_key=)``; see ``docs/inspector.md``).
     """
     if not isinstance(agent, CompiledAgent):
         raise ConfigurationError("create_app serves a CompiledAgent", context={"setting": "agent"})
@@ -468,7 +469,7 @@ def create_app(
                     agent=agent,
                     authorize=authorize,
                     session_secret=session_secret,
-                    provider_key=provider_key,
+                    provider_key=provider_key if provider_key is not None else agent.provider_key,
                 ),
             )
         )

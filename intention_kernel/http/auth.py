@@ -3,6 +3,8 @@
 Why tokens are kept only as digests: a configuration file or a process dump must not hand out
 the secrets it checks. A token is compared by its SHA-256 digest against every configured
 digest with ``hmac.compare_digest``, so neither a match nor its position leaks through timing.
+Why a tokens file is read again when it changes: removing a line (or changing its roles) must
+take effect at once, for API requests and the inspector's sessions alike, without a restart.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import inspect
+import logging
+import os
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -31,6 +35,8 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+logger = logging.getLogger("intention_kernel.http.auth")
 
 
 async def resolve(value: T | Awaitable[T]) -> T:
@@ -96,12 +102,14 @@ class BearerTokens:
 
     ``BearerTokens({"alice": "sha256:<hex>"})`` takes digests as configuration holds them;
     ``BearerTokens.from_secrets({"alice": "s3cret"})`` hashes at once and keeps only digests;
-    ``BearerTokens.from_file(path)`` reads lines ``principal sha256:<hex> [role,role]``.
+    ``BearerTokens.from_file(path)`` reads lines ``principal sha256:<hex> [role,role]`` and
+    reads the file again when it changes (a removed line or changed roles apply to the next
+    request; a file that no longer reads refuses every token until it is fixed).
     ``roles`` gives a principal its ``Principal.roles`` (the inspector's ``viewer`` and
     ``operator``); a principal without roles authenticates as before.
     """
 
-    __slots__ = ("_digests",)
+    __slots__ = ("_digests", "_source", "_stamp")
 
     def __init__(
         self, digests: Mapping[str, str], roles: Mapping[str, Iterable[str]] | None = None
@@ -133,6 +141,8 @@ class BearerTokens:
         if not entries:
             raise ConfigurationError("no bearer tokens configured", context={"setting": "tokens"})
         self._digests = tuple(entries)
+        self._source: Path | None = None
+        self._stamp: tuple[int, int, int] | None = None
 
     @classmethod
     def from_secrets(
@@ -150,31 +160,31 @@ class BearerTokens:
     @classmethod
     def from_file(cls, path: str | Path) -> BearerTokens:
         """Lines ``principal sha256:<hex>`` with optional roles ``viewer`` or
-        ``operator,viewer`` after; blank lines and ``#`` comments are skipped."""
-        digests: dict[str, str] = {}
-        roles: dict[str, str] = {}
+        ``operator,viewer`` after; blank lines and ``#`` comments are skipped. The file is
+        read again whenever it changes."""
+        source = Path(path)
+        stamp = _stamp(source)
+        tokens = cls(*_parse(source))
+        tokens._source = source
+        tokens._stamp = stamp
+        return tokens
+
+    def _refresh(self) -> None:
+        """Read the tokens file again if it changed since it was last read."""
+        if self._source is None:
+            return
         try:
-            text = Path(path).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigurationError(
-                f"cannot read the tokens file: {type(exc).__name__}",
-                context={"setting": "tokens"},
-            ) from None
-        for number, line in enumerate(text.splitlines(), start=1):
-            content = line.split("#", 1)[0].strip()
-            if not content:
-                continue
-            parts = content.split()
-            if len(parts) not in (2, 3) or parts[0] in digests:
-                raise ConfigurationError(
-                    f"line {number} of the tokens file is not 'principal sha256:<hex>"
-                    " [role,role]' (or names a principal twice)",
-                    context={"setting": "tokens", "line": number},
-                )
-            digests[parts[0]] = parts[1]
-            if len(parts) == 3:
-                roles[parts[0]] = parts[2]
-        return cls(digests, roles)
+            stamp = _stamp(self._source)
+        except ConfigurationError:
+            stamp = None
+        if stamp == self._stamp:
+            return
+        self._stamp = stamp
+        try:
+            self._digests = BearerTokens(*_parse(self._source))._digests
+        except ConfigurationError as exc:
+            logger.error("the tokens file no longer reads, every token is refused: %s", exc)
+            self._digests = ()
 
     def __call__(self, request: Request) -> Principal | None:
         header = request.headers.get("authorization", "")
@@ -188,7 +198,12 @@ class BearerTokens:
         token = token.strip()
         if not token:
             return None
-        digest = hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+        return self.verify_digest(hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest())
+
+    def verify_digest(self, digest: bytes) -> Principal | None:
+        """The principal whose token has this SHA-256 digest now (a session checks its token
+        again on every request without keeping the token)."""
+        self._refresh()
         found: Principal | None = None
         for expected, principal in self._digests:  # every entry: no early exit to time
             if hmac.compare_digest(digest, expected):
@@ -197,3 +212,41 @@ class BearerTokens:
 
     def __repr__(self) -> str:
         return f"BearerTokens({len(self._digests)} principal(s))"
+
+
+def _stamp(path: Path) -> tuple[int, int, int]:
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        raise ConfigurationError(
+            f"cannot read the tokens file: {type(exc).__name__}", context={"setting": "tokens"}
+        ) from None
+    return (info.st_mtime_ns, info.st_size, info.st_ino)
+
+
+def _parse(path: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """The digests and roles of a tokens file (``BearerTokens.from_file``)."""
+    digests: dict[str, str] = {}
+    roles: dict[str, str] = {}
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigurationError(
+            f"cannot read the tokens file: {type(exc).__name__}",
+            context={"setting": "tokens"},
+        ) from None
+    for number, line in enumerate(text.splitlines(), start=1):
+        content = line.split("#", 1)[0].strip()
+        if not content:
+            continue
+        parts = content.split()
+        if len(parts) not in (2, 3) or parts[0] in digests:
+            raise ConfigurationError(
+                f"line {number} of the tokens file is not 'principal sha256:<hex>"
+                " [role,role]' (or names a principal twice)",
+                context={"setting": "tokens", "line": number},
+            )
+        digests[parts[0]] = parts[1]
+        if len(parts) == 3:
+            roles[parts[0]] = parts[2]
+    return digests, roles

@@ -15,6 +15,7 @@ from ..contracts.durability import Durability
 from ..contracts.errors import ConfigurationError
 from ..contracts.gateway import ModelGateway
 from ..contracts.ids import new_id
+from ..contracts.receipts import EffectReceipt
 from ..contracts.sinks import EventSink
 from ..telemetry import Telemetry
 from .agent import AgentDefinition
@@ -128,6 +129,7 @@ class Kernel:
         *,
         compatible_with: Iterable[str] = (),
         migrations: Mapping[str, Migration] | None = None,
+        provider_key: Callable[[EffectReceipt], str | None] | None = None,
     ) -> CompiledAgent:
         """Validate ``agent`` (``AgentCompilationError`` lists every problem) and bind it.
 
@@ -135,6 +137,8 @@ class Kernel:
         be). ``compatible_with`` names fingerprints of earlier definitions whose checkpoints this
         agent may continue as they are; ``migrations`` maps such a fingerprint to a function
         that rewrites the checkpoint first. Any other stored fingerprint is refused.
+        ``provider_key(receipt)`` is the key the agent's capabilities sent the provider for a
+        receipt (``None``: not known): the service's inspector shows it to operators.
         """
         routes: dict[str, ModelRoute | None] | None = None
         if isinstance(agent, AgentDefinition) and isinstance(agent.models, tuple):
@@ -174,4 +178,5 @@ class Kernel:
             redact=self.redact,
             sinks=self.sinks,
             telemetry=self.telemetry,
+            provider_key=provider_key,
         )

@@ -14,7 +14,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Generator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Generator, Mapping, Sequence
 from typing import Any
 
 from pydantic import JsonValue
@@ -23,6 +23,7 @@ from ..contracts.durability import Durability, TurnScope
 from ..contracts.errors import TurnTimeoutError
 from ..contracts.events import EventCategory, KernelEvent
 from ..contracts.ids import validate_thread_id, validate_turn_id
+from ..contracts.receipts import EffectReceipt
 from ..contracts.sinks import EventSink, OutcomeKind
 from ..contracts.turns import DurableTurnResult
 from ..telemetry import Telemetry, db_system
@@ -67,8 +68,10 @@ class CompiledAgent:
         redact: Redactor | None,
         sinks: Sequence[EventSink],
         telemetry: Telemetry | None = None,
+        provider_key: Callable[[EffectReceipt], str | None] | None = None,
     ) -> None:
         self._runtime = runtime
+        self._provider_key = provider_key
         # Spans and metrics (``intention_kernel.telemetry``): the global providers by default.
         self._telemetry = telemetry if telemetry is not None else Telemetry(redact=redact)
         self._store_system = db_system(durability)
@@ -86,6 +89,11 @@ class CompiledAgent:
     def compatibility(self) -> Compatibility:
         """Which stored checkpoints this agent accepts (its own, declared ones, migrations)."""
         return self._compat
+
+    @property
+    def provider_key(self) -> Callable[[EffectReceipt], str | None] | None:
+        """``(receipt) -> key``: what the provider received for a write (``Kernel.compile``)."""
+        return self._provider_key
 
     @property
     def durability(self) -> Durability:

@@ -8,7 +8,7 @@ Migrations run in memory only; nothing is written.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,8 +69,14 @@ async def compat_report(
     compat: Compatibility,
     *,
     advance: Callable[[], None] | None = None,
+    include: Callable[[str], Awaitable[bool]] | None = None,
 ) -> CompatReport:
-    """Load every stored head checkpoint under ``compat``; ``advance`` is called per thread."""
+    """Load every stored head checkpoint under ``compat``; ``advance`` is called per thread.
+
+    ``include(thread_id)``, when given, leaves out the threads it refuses: they are neither
+    counted nor listed (the inspector asks ``authorize`` so a report shows only what the
+    principal may read).
+    """
     schemas: Counter[int] = Counter()
     fingerprints: Counter[str] = Counter()
     refused: list[RefusedThread] = []
@@ -81,6 +87,8 @@ async def compat_report(
         for summary in page:
             if advance is not None:
                 advance()
+            if include is not None and not await include(summary.thread_id):
+                continue
             try:
                 checkpoint = await store.load_checkpoint(summary.thread_id)
             except CheckpointCorruptError as exc:

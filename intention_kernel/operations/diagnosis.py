@@ -1,10 +1,14 @@
 """Why a thread is blocked or waiting, each reason with its fix, in plain words.
 
 Why in plain words: a stuck thread is found by an operator under pressure; a held lease, a
-pending confirmation, an uncertain write and an incompatible checkpoint look alike from outside
-(the next turn fails or waits), and each has a different remedy. Each remedy is a command line
-that runs as printed (``store_arg`` is the ``--store`` part, or empty), with any password
-hidden.
+pending confirmation, an uncertain write and an incompatible checkpoint look alike from outside,
+and each has a different remedy. Each remedy is a command line that runs as printed
+(``store_arg`` is the ``--store`` part, or empty), with any password hidden.
+
+Why an uncertain write does not block the thread: the next turn runs and answers; only a turn
+that calls that write's key again fails closed. So such a finding names the key it holds
+(``Finding.key``), and the thread itself is blocked only by a held lease or an incompatible
+checkpoint.
 """
 
 from __future__ import annotations
@@ -26,17 +30,20 @@ __all__ = ["Diagnosis", "Finding", "diagnose_thread", "redact"]
 
 @dataclass(frozen=True, slots=True)
 class Finding:
-    """One reason the thread is blocked (``blocking``) or waiting, and how to resolve it."""
+    """One reason the thread is blocked (``blocking``), a write held (``key``: the write's
+    idempotency key, which fails closed until reconciled) or a wait, and how to resolve it."""
 
     kind: str
     blocking: bool
     detail: str
     resolve: str
+    key: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "kind": self.kind,
             "blocking": self.blocking,
+            "key": self.key,
             "detail": self.detail,
             "resolve": self.resolve,
         }
@@ -58,10 +65,17 @@ class Diagnosis:
         """Blocked, or waiting on the user (the CLI's exit code 1)."""
         return self.blocked or any(f.kind == "pending_interaction" for f in self.findings)
 
+    @property
+    def blocked_keys(self) -> list[str]:
+        """The writes held until an operator reconciles them (the thread itself goes on)."""
+        return [f.key for f in self.findings if f.key is not None]
 
-def _finding(kind: str, blocking: bool, detail: str, resolve: str) -> Finding:
+
+def _finding(
+    kind: str, blocking: bool, detail: str, resolve: str, key: str | None = None
+) -> Finding:
     # A holder's command line or a stored text may carry a password as well.
-    return Finding(kind, blocking, redact(detail), redact(resolve))
+    return Finding(kind, blocking, redact(detail), redact(resolve), key)
 
 
 async def diagnose_thread(
@@ -119,10 +133,12 @@ async def diagnose_thread(
             findings.append(
                 _finding(
                     "uncertain_receipt",
-                    True,
+                    False,
                     f"the write {r.idempotency_key} ({r.capability_id}, turn {r.turn_id})"
-                    " may or may not have happened; every turn that needs it fails closed.",
+                    " may or may not have happened; a turn that calls this key again fails"
+                    " closed until it is reconciled (other turns run).",
                     resolve,
+                    r.idempotency_key,
                 )
             )
         elif r.status is ReceiptStatus.PREPARED and not lease.held:
@@ -130,11 +146,13 @@ async def diagnose_thread(
             findings.append(
                 _finding(
                     "prepared_receipt",
-                    True,
+                    False,
                     f"the write {r.idempotency_key} ({r.capability_id}, turn {r.turn_id})"
                     " was interrupted: its turn ended before recording the outcome, so it"
-                    " may or may not have happened; every turn that needs it fails closed.",
+                    " may or may not have happened; a turn that calls this key again fails"
+                    " closed until it is reconciled (other turns run).",
                     resolve,
+                    r.idempotency_key,
                 )
             )
     if checkpoint is not None and checkpoint.interaction is not None:

@@ -41,13 +41,19 @@ def test_free_thread(seeded: Seeded) -> None:
     assert not data["blocked"] and data["lease"]["held"] is False
 
 
-def test_uncertain_receipt_names_the_reconcile_command(seeded: Seeded) -> None:
+def test_uncertain_receipt_holds_its_key_not_the_thread(seeded: Seeded) -> None:
     result = cli("thread", "diagnose", "t-unc", "--store", seeded.store)
-    assert result.exit_code == 1
-    assert "BLOCKED" in result.stdout and "may or may not have happened" in result.stdout
+    assert result.exit_code == 4, result.stdout  # only writes are held
+    first = result.stdout.splitlines()[0]
+    assert "BLOCKED" not in result.stdout and first.startswith("thread t-unc: not blocked")
+    assert "1 write(s) held until reconciled" in first and "payments.charge:o-9" in first
+    assert "may or may not have happened" in result.stdout
     assert "intention-kernel reconcile t-unc payments.charge:o-9 --completed" in result.stdout
-    data = cli_json("thread", "diagnose", "t-unc", "--store", seeded.store, code=1)
-    assert [f["kind"] for f in data["findings"]] == ["uncertain_receipt"]
+    data = cli_json("thread", "diagnose", "t-unc", "--store", seeded.store, code=4)
+    [finding] = data["findings"]
+    assert finding["kind"] == "uncertain_receipt" and not finding["blocking"]
+    assert finding["key"] == "payments.charge:o-9"
+    assert data["blocked"] is False and data["blocked_keys"] == ["payments.charge:o-9"]
 
 
 def test_pending_confirmation(seeded: Seeded) -> None:

@@ -87,12 +87,13 @@ def test_status_and_threads_count_an_interrupted_prepared_receipt(seeded: Seeded
 def test_diagnose_names_the_reconcile_command_for_an_interrupted_write(seeded: Seeded) -> None:
     _interrupt(seeded)
     result = cli("thread", "diagnose", "t-int", "--store", seeded.store)
-    assert result.exit_code == 1, result.stdout
-    assert "BLOCKED" in result.stdout and "interrupted" in result.stdout
+    assert result.exit_code == 4, result.stdout  # the write is held, not the thread
+    assert "not blocked" in result.stdout and "interrupted" in result.stdout
     assert f"intention-kernel reconcile t-int {KEY} --completed" in result.stdout
-    data = cli_json("thread", "diagnose", "t-int", "--store", seeded.store, code=1)
+    data = cli_json("thread", "diagnose", "t-int", "--store", seeded.store, code=4)
     [finding] = data["findings"]
-    assert finding["kind"] == "prepared_receipt" and finding["blocking"]
+    assert finding["kind"] == "prepared_receipt" and not finding["blocking"]
+    assert finding["key"] == KEY and data["blocked_keys"] == [KEY]
     assert "may or may not have happened" in finding["detail"]
     assert f"reconcile t-int {KEY} --completed" in finding["resolve"]
 

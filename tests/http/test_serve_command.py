@@ -107,3 +107,83 @@ def test_serve_answers_turns_and_stops_on_sigterm(tmp_path: Path) -> None:
         if process.poll() is None:
             process.kill()
             process.communicate()
+
+
+def test_the_served_inspector_shows_the_key_the_provider_received(tmp_path: Path) -> None:
+    """``serve --inspector``: the uncertain queue names the key the provider recorded."""
+    store = tmp_path / "desk.db"
+    assert _cli("migrate", "--store", str(store)).returncode == 0
+    tokens = tmp_path / "tokens"
+    line = _cli("hash-token", "alice", stdin="alice-token-0001\n").stdout.strip()
+    tokens.write_text(f"{line} operator\n")
+    received = tmp_path / "provider-keys"
+    port = _free_port()
+    process = subprocess.Popen(
+        [
+            *CLI,
+            "serve",
+            "--agent",
+            "tests.inspector.served_desk:lossy_desk",
+            "--store",
+            str(store),
+            "--port",
+            str(port),
+            "--tokens",
+            str(tokens),
+            "--inspector",
+        ],
+        env={**os.environ, "IK_TEST_PROVIDER_KEYS": str(received)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, "serve did not start"
+            time.sleep(0.1)
+        auth = {"Authorization": "Bearer alice-token-0001"}
+        said = ""
+        for n, text in enumerate(
+            ["Find a hotel in Lisbon for 2 nights", "How much is Alfama Inn?", "Book it"], 1
+        ):
+            turn = httpx.post(
+                f"{url}/v1/threads/t-1/turns",
+                json={"text": text},
+                headers={**auth, "Idempotency-Key": f"turn-{n}"},
+                timeout=30,
+            )
+            assert turn.status_code == 200, turn.text
+            said = turn.text
+        interaction = httpx.get(f"{url}/v1/threads/t-1", headers=auth).json()["interaction"]
+        accept = httpx.post(
+            f"{url}/v1/threads/t-1/turns",
+            json={"text": "", "selection": {"interaction_id": interaction["id"], "option": "yes"}},
+            headers={**auth, "Idempotency-Key": "turn-4"},
+            timeout=30,
+        )
+        assert accept.status_code == 200 and "being verified" in accept.text, (said, accept.text)
+        [key] = received.read_text().split()
+        with httpx.Client(base_url=url, timeout=30, follow_redirects=True) as browser:
+            form = browser.get("/inspect/login").text
+            csrf = form.split('name="csrf" value="')[1].split('"')[0]
+            logged = browser.post(
+                "/inspect/login",
+                data={"csrf": csrf, "next": "/inspect/receipts", "token": "alice-token-0001"},
+            )
+            assert logged.status_code == 200 and "Uncertain writes" in logged.text
+            assert f"<code>{key}</code>" in logged.text  # what the provider received
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=30)
+        assert process.returncode == 0, err
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
+import uvicorn
 from selenium import webdriver
 from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.chrome.service import Service as ChromeService
@@ -150,14 +151,16 @@ class Live:
         self.store = await self._open()
         self.desk = make_desk(self.store)
         self.seeded = await seed(self.desk)
-        app = create_app(
+        app = create_app(  # the provider's key comes from the agent, as under ``serve``
             self.desk.agent,
             authenticate=BearerTokens.from_secrets(TOKENS, ROLES),
             inspector=True,
             session_secret=SECRET,
-            provider_key=provider_key,
         )
-        server = QuietServer(server_config(app, host="127.0.0.1", port=0, log_level="warning"))
+        await self._serve(server_config(app, host="127.0.0.1", port=0, log_level="warning"))
+
+    async def _serve(self, config: uvicorn.Config) -> None:
+        server = QuietServer(config)
         self._server = server
         self._task = asyncio.create_task(server.serve())
         while not server.started:

@@ -97,7 +97,11 @@ def test_log_in_page_search_and_filter(live: Live, browser: WebDriver) -> None:
     browser.get(live.page("/threads?q=traveller"))
     navigate(browser, browser.find_element(By.LINK_TEXT, live.seeded.lost[0]).click)
     page = browser.find_element(By.TAG_NAME, "main").text
-    assert "Blocked" in page and "uncertain receipt" in page
+    assert "Blocked" not in page and "uncertain receipt" in page  # the write, not the thread
+    receipt = live.uncertain(live.seeded.lost[0])
+    verdict = browser.find_element(By.ID, "verdict").text
+    assert "Nothing blocks the next turn" in verdict and "Held until reconciled" in verdict
+    assert receipt.idempotency_key in verdict
     assert "being verified" in page  # the turn's response
     assert "Agent fingerprint" in page and "Outbox events" in page
     assert "effect.uncertain" in page
@@ -248,7 +252,7 @@ def httpx_client(live: Live) -> Any:
 
 
 def test_deploy_check_and_log_out(live: Live, browser: WebDriver) -> None:
-    log_in(browser, live, "bob", "/deploy")
+    log_in(browser, live, "alice", "/deploy")  # an operator's action (POST)
     navigate(browser, browser.find_element(By.XPATH, "//button[text()='Run the check']").click)
     assert (
         "ok: every stored checkpoint loads under this agent"

@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from ...contracts.receipts import EffectAuthority, EffectReceipt
 from ...kernel import (
     AgentDefinition,
     CapabilityContext,
@@ -25,7 +26,10 @@ from ...kernel import (
 )
 from .provider import FakeHotelProvider
 
-__all__ = ["HOTELS", "build_agent"]
+__all__ = ["DEFAULT_TENANT", "HOTELS", "build_agent", "hotel_key", "receipt_hotel_key"]
+
+DEFAULT_TENANT = "demo"
+"""The tenant when the host context names none (as over HTTP, where it holds the actor)."""
 
 HOTELS: dict[str, list[dict[str, Any]]] = {
     "lisbon": [
@@ -132,6 +136,21 @@ async def quote(
     )
 
 
+def hotel_key(authority: EffectAuthority, *, tenant: str, thread: str) -> str:
+    """The idempotency key the hotel provider receives for a booking: its key namespace is
+    global, so the tenant and the thread are part of it."""
+    return provider_idempotency_key(authority, tenant=tenant, thread=thread)
+
+
+def receipt_hotel_key(receipt: EffectReceipt) -> str | None:
+    """The key the provider received for ``receipt`` (a booking under ``DEFAULT_TENANT``), for
+    operators to look the write up in the provider's records; ``None`` for other receipts."""
+    if receipt.capability_id != "hotels.book":
+        return None
+    authority = EffectAuthority(receipt.idempotency_key, receipt.id)
+    return hotel_key(authority, tenant=DEFAULT_TENANT, thread=receipt.thread_id)
+
+
 async def book(context: CapabilityContext, request: BookingRequest) -> Completed | Failed:
     fact = context.fact("quote@1")
     if fact is None or not isinstance(fact.value, dict):
@@ -140,15 +159,12 @@ async def book(context: CapabilityContext, request: BookingRequest) -> Completed
     if current.quote_id != request.quote_id:
         return Failed("That quote is no longer the current one; ask me for a new quote.")
     provider: FakeHotelProvider = context.ports["hotels"]
-    tenant = str(context.host_context.get("tenant", "demo"))
+    tenant = str(context.host_context.get("tenant", DEFAULT_TENANT))
     effect = await context.run_effect(
         f"booking:{current.quote_id}",
         lambda authority: provider.book(
             current.model_dump(mode="json"),
-            # The provider's key namespace is global: put tenant and thread into the key.
-            idempotency_key=provider_idempotency_key(
-                authority, tenant=tenant, thread=context.turn.thread_id
-            ),
+            idempotency_key=hotel_key(authority, tenant=tenant, thread=context.turn.thread_id),
         ),
     )
     booking = Booking.model_validate(effect.value)

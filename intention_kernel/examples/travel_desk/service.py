@@ -11,7 +11,7 @@ from ...contracts.durability import Durability
 from ...contracts.gateway import ModelGateway
 from ...kernel.kernel import Kernel
 from ...kernel.runtime import CompiledAgent
-from .agent import build_agent
+from .agent import build_agent, receipt_hotel_key
 from .model import scripted_model
 from .provider import FakeHotelProvider
 
@@ -24,10 +24,11 @@ def compile_desk(
     model: ModelGateway | None = None,
     provider: FakeHotelProvider | None = None,
 ) -> CompiledAgent:
-    """The travel desk on ``store``, with the scripted model and a fake provider by default."""
+    """The travel desk on ``store``, with the scripted model and a fake provider by default;
+    its ``provider_key`` gives the served inspector the key the provider received."""
     kernel = Kernel(
         durability=store,
         model=model if model is not None else scripted_model(),
         ports={"hotels": provider if provider is not None else FakeHotelProvider()},
     )
-    return kernel.compile(build_agent())
+    return kernel.compile(build_agent(), provider_key=receipt_hotel_key)

@@ -6,10 +6,14 @@ Why every decision goes through a confirmation page: a reconciliation tells the 
 what the provider did; the operator sees exactly the record (outcome, value, note, actor, key)
 before it is written, and the audit history after. Viewers read; only operators reconcile.
 Every form carries the session's CSRF token and a POST from another origin is refused.
+Why every row and link passes ``authorize``: a page must not tell a principal which threads
+exist that it may not read (ids, counts, a pager's cursor). Why ids travel in query strings
+only: an id may hold ``/``, ``#``, ``?`` or be ``..``, which a path segment cannot carry.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import json
 import logging
@@ -44,7 +48,7 @@ from ...kernel.runtime import CompiledAgent
 from ...operations import age, compat_report, diagnose_thread, redact
 from ..auth import Authenticator, Authorizer, BearerTokens, Principal, allow_any, resolve
 from ..turns import user_input
-from .session import Session, SessionCodec, inspector_role
+from .session import Recheck, Session, SessionCodec, SessionStore, inspector_role
 
 __all__ = ["INSPECTOR_STATE", "ProviderKey", "create_inspector"]
 
@@ -101,9 +105,10 @@ class Inspector:
         self,
         store: DurabilityStore,
         compat: Compatibility | None,
-        verify: Callable[[str], Awaitable[Principal | None]],
+        verify: Callable[[str], Awaitable[tuple[Principal, Recheck] | None]],
         authorize: Authorizer,
         codec: SessionCodec,
+        sessions: SessionStore,
         provider_key: ProviderKey | None,
         page_size: int,
     ) -> None:
@@ -112,6 +117,7 @@ class Inspector:
         self.verify = verify
         self.authorize = authorize
         self.codec = codec
+        self.sessions = sessions
         self.provider_key = provider_key
         self.page_size = page_size
         self.templates = Environment(
@@ -162,14 +168,22 @@ class Inspector:
             base=base,
             session=session,
             path=request.url.path,
+            thread_href=lambda thread_id: _thread_href(request, thread_id),
+            receipt_href=lambda thread_id, key: _receipt_href(request, thread_id, key),
             **context,
         )
         response = HTMLResponse(page, status_code=status)
         response.headers.update(_SECURITY_HEADERS)
         return response
 
-    def session(self, request: Request) -> Session | None:
-        return self.codec.read(request.cookies.get(SESSION_COOKIE))
+    async def session(self, request: Request) -> Session | None:
+        """The request's live session (looked up and its token checked again), or ``None``
+        (also when the authenticator fails: no page is shown on a token not checked)."""
+        try:
+            return await self.sessions.get(request.cookies.get(SESSION_COOKIE))
+        except Exception:
+            logger.warning("the authenticator failed checking a session", exc_info=True)
+            return None
 
     async def may(self, session: Session, thread_id: str, action: str) -> bool:
         return bool(await resolve(self.authorize(session.principal, thread_id, action)))
@@ -246,7 +260,7 @@ def _page(
 
     async def endpoint(request: Request) -> Response:
         inspector: Inspector = getattr(request.app.state, INSPECTOR_STATE)
-        session = inspector.session(request)
+        session = await inspector.session(request)
         try:
             if session is None:
                 if post:
@@ -353,9 +367,10 @@ async def login(request: Request) -> Response:
             error="The login form expired or came from another site: try again.",
             status=403,
         )
-    principal = await inspector.verify(_field(form, "token"))
-    if principal is None:
+    verified = await inspector.verify(_field(form, "token"))
+    if verified is None:
         return _login_form(inspector, request, target, error="That token is not valid.", status=401)
+    principal, recheck = verified
     if inspector_role(principal) is None:
         return _login_form(
             inspector,
@@ -364,7 +379,8 @@ async def login(request: Request) -> Response:
             error=f"{principal.id} has neither the viewer nor the operator role.",
             status=403,
         )
-    value, _ = inspector.codec.issue(principal)
+    inspector.sessions.end(request.cookies.get(SESSION_COOKIE))  # no session is reused
+    value, _ = inspector.sessions.start(principal, recheck)
     response = RedirectResponse(_next_target(request, target), status_code=303)
     response.set_cookie(
         SESSION_COOKIE,
@@ -380,6 +396,8 @@ async def login(request: Request) -> Response:
 
 
 async def logout(inspector: Inspector, request: Request, session: Session) -> Response:
+    """End the session on the server: its cookie, copied or not, opens nothing any more."""
+    inspector.sessions.end(request.cookies.get(SESSION_COOKIE))
     response = RedirectResponse(f"{_base(request)}/login", status_code=303)
     response.delete_cookie(SESSION_COOKIE, path=_base(request) or "/")
     return response
@@ -402,7 +420,7 @@ async def threads(inspector: Inspector, request: Request, session: Session) -> R
     if store is None:
         raise InspectorProblem(501, "NOT_INSPECTABLE", "this store does not offer operator queries")
     prefix = request.query_params.get("q", "").strip()
-    after = request.query_params.get("after", "").strip() or None
+    after = request.query_params.get("after", "") or None  # an id, exactly as linked
     filters = {name: _flag(request, name) for name in _FILTERS}
     options: dict[str, Any] = {}
     for name in ("uncertain", "pending", "corrupt"):
@@ -417,20 +435,38 @@ async def threads(inspector: Inspector, request: Request, session: Session) -> R
                 "the incompatible filter needs the agent: serve the inspector with one",
             )
         options["fingerprint_not_in"] = accepted
-    rows = await store.list_threads(
-        prefix=prefix or None, after=after, limit=inspector.page_size + 1, **options
-    )
-    page = rows[: inspector.page_size]
-    more = len(rows) > inspector.page_size
+    # Rows the principal may not read are skipped and the page filled from the next ones, so
+    # the "Next page" cursor is always the id of a row shown on this page, and the link is
+    # offered only when a readable row follows.
     shown: list[dict[str, Any]] = []
-    for summary in page:
-        if not await inspector.may(session, summary.thread_id, "read"):
-            continue
-        shown.append(_summary_row(summary, accepted))
+    beyond: list[ThreadSummary] = []  # fetched after the page was full
+    cursor = after
+    exhausted = False
+    while len(shown) < inspector.page_size and not exhausted:
+        rows = await store.list_threads(
+            prefix=prefix or None, after=cursor, limit=inspector.page_size + 1, **options
+        )
+        exhausted = len(rows) <= inspector.page_size
+        for n, summary in enumerate(rows):
+            if len(shown) == inspector.page_size:
+                beyond = rows[n:]
+                break
+            if await inspector.may(session, summary.thread_id, "read"):
+                shown.append(_summary_row(summary, accepted))
+        if rows:
+            cursor = rows[-1].thread_id
+    more = False
+    if len(shown) == inspector.page_size:
+        for summary in beyond:
+            if await inspector.may(session, summary.thread_id, "read"):
+                more = True
+                break
+        if not more and not exhausted and cursor is not None:
+            more = await _readable_after(inspector, session, store, cursor, prefix, options)
     next_href = None
-    if more and page:
+    if more and shown:
         query = {k: v for k, v in request.query_params.items() if k != "after"}
-        query["after"] = page[-1].thread_id
+        query["after"] = shown[-1]["id"]
         next_href = f"{_base(request)}/threads?{urlencode(query)}"
     return inspector.render(
         request,
@@ -449,6 +485,29 @@ async def threads(inspector: Inspector, request: Request, session: Session) -> R
         },
         session=session,
     )
+
+
+async def _readable_after(
+    inspector: Inspector,
+    session: Session,
+    store: StoreInspector,
+    after: str,
+    prefix: str,
+    options: dict[str, Any],
+) -> bool:
+    """Whether a thread the principal may read follows ``after`` (a "Next page" link that
+    leads to an empty page would tell that refused threads follow)."""
+    cursor = after
+    while True:
+        rows = await store.list_threads(
+            prefix=prefix or None, after=cursor, limit=inspector.page_size, **options
+        )
+        for summary in rows:
+            if await inspector.may(session, summary.thread_id, "read"):
+                return True
+        if len(rows) < inspector.page_size:
+            return False
+        cursor = rows[-1].thread_id
 
 
 def _summary_row(summary: ThreadSummary, accepted: list[str] | None) -> dict[str, Any]:
@@ -499,8 +558,8 @@ def _turn_row(stored: DurableTurnResult) -> dict[str, Any]:
 
 
 async def thread(inspector: Inspector, request: Request, session: Session) -> Response:
-    """One thread: checkpoint, turns, receipts, outbox and the diagnosis."""
-    thread_id = validate_thread_id(request.path_params["thread_id"])
+    """One thread (``/thread?id=``): checkpoint, turns, receipts, outbox and the diagnosis."""
+    thread_id = validate_thread_id(request.query_params.get("id", ""))
     await inspector.require(session, thread_id, "read")
     store = inspector.store
     corrupt: str | None = None
@@ -532,7 +591,7 @@ async def thread(inspector: Inspector, request: Request, session: Session) -> Re
         diagnosis = await diagnose_thread(
             store, lookup, thread_id, checkpoint, compat=inspector.compat
         )
-    base = f"{_base(request)}/threads/{thread_id}"
+    base = _thread_href(request, thread_id)
     return inspector.render(
         request,
         "thread.html",
@@ -545,23 +604,22 @@ async def thread(inspector: Inspector, request: Request, session: Session) -> Re
             "receipts": receipts,
             "turns": turns,
             "earlier_turns_href": (
-                f"{base}?{urlencode({'turns_after': max(0, turns_after - TURNS_SHOWN)})}"
+                f"{base}&{urlencode({'turns_after': max(0, turns_after - TURNS_SHOWN)})}"
                 if turns_after > 0
                 else None
             ),
             "later_turns_href": (
-                f"{base}?{urlencode({'turns_after': turns_after + TURNS_SHOWN})}"
+                f"{base}&{urlencode({'turns_after': turns_after + TURNS_SHOWN})}"
                 if turns_after + TURNS_SHOWN < head
                 else None
             ),
             "events": events,
             "more_events_href": (
-                f"{base}?{urlencode({'events_after': events[-1].position})}#outbox"
+                f"{base}&{urlencode({'events_after': events[-1].position})}#outbox"
                 if more_events and events
                 else None
             ),
             "diagnosis": diagnosis,
-            "receipt_href": lambda r: _receipt_href(request, r.thread_id, r.idempotency_key),
         },
         session=session,
     )
@@ -569,6 +627,16 @@ async def thread(inspector: Inspector, request: Request, session: Session) -> Re
 
 def _receipt_href(request: Request, thread_id: str, key: str) -> str:
     return f"{_base(request)}/receipt?{urlencode({'thread': thread_id, 'key': key})}"
+
+
+def _thread_href(request: Request, thread_id: str) -> str:
+    """The thread's page: the id percent-encoded in the query (``/``, ``#``, ``..`` too)."""
+    return f"{_base(request)}/thread?{urlencode({'id': thread_id})}"
+
+
+async def old_thread_path(request: Request) -> Response:
+    """``/threads/{id}`` (links of earlier versions): the same page at ``/thread?id=``."""
+    return RedirectResponse(_thread_href(request, request.path_params["thread_id"]), 303)
 
 
 # ---------------------------------------------------------------------- receipts
@@ -622,7 +690,6 @@ async def _receipt_context(
     return {
         "title": f"Receipt {key}",
         "receipt": receipt,
-        "thread_href": f"{_base(request)}/threads/{thread_id}",
         "provider_key": inspector.provider_key_of(receipt),
         "history": history,
         "awaiting": awaiting,
@@ -778,11 +845,32 @@ async def reconcile(inspector: Inspector, request: Request, session: Session) ->
 
 
 async def deploy(inspector: Inspector, request: Request, session: Session) -> Response:
-    """The check-compat report of the served agent over every stored checkpoint."""
-    report = None
+    """The deploy check's page; the scan itself is ``POST /deploy`` (``run_deploy``)."""
+    return _deploy_page(inspector, request, session, None)
+
+
+async def run_deploy(inspector: Inspector, request: Request, session: Session) -> Response:
+    """The check-compat report of the served agent over the stored checkpoints the operator
+    may read (a full-store scan: an operator's POST, logged with who ran it)."""
     lookup = inspector.inspector
-    if inspector.compat is not None and lookup is not None and _flag(request, "run"):
-        report = await compat_report(inspector.store, lookup, inspector.compat)
+    if inspector.compat is None or lookup is None:
+        raise InspectorProblem(409, "NO_AGENT", "no agent or no operator queries: nothing to run")
+
+    async def readable(thread_id: str) -> bool:
+        return await inspector.may(session, thread_id, "read")
+
+    logger.info("deploy check run by %s", session.principal.id)
+    report = await compat_report(inspector.store, lookup, inspector.compat, include=readable)
+    logger.info(
+        "deploy check by %s: %d checkpoint(s) scanned, %d refused",
+        session.principal.id,
+        report.checkpoints,
+        len(report.refused),
+    )
+    return _deploy_page(inspector, request, session, report)
+
+
+def _deploy_page(inspector: Inspector, request: Request, session: Session, report: Any) -> Response:
     return inspector.render(
         request,
         "deploy.html",
@@ -790,8 +878,9 @@ async def deploy(inspector: Inspector, request: Request, session: Session) -> Re
             "title": "Deploy check",
             "compat": inspector.compat,
             "accepted": inspector.accepted(),
-            "inspectable": lookup is not None,
+            "inspectable": inspector.inspector is not None,
             "report": report,
+            "operator": session.operator,
         },
         session=session,
     )
@@ -802,15 +891,12 @@ async def deploy(inspector: Inspector, request: Request, session: Session) -> Re
 
 def _verifier(
     authenticate: Authenticator | BearerTokens,
-) -> Callable[[str], Awaitable[Principal | None]]:
-    """A pasted token checked by the service's own authenticator."""
+) -> Callable[[str], Awaitable[tuple[Principal, Recheck] | None]]:
+    """A pasted token checked by the service's own authenticator, and how a session checks it
+    again on every request: ``BearerTokens`` by the token's digest (the token is not kept);
+    a callable with the token itself, held in this process's memory for the session."""
 
-    async def verify(token: str) -> Principal | None:
-        token = token.strip()
-        if not token or len(token) > 4096 or any(c in token for c in "\r\n"):
-            return None
-        if isinstance(authenticate, BearerTokens):
-            return authenticate.verify(token)
+    async def ask(token: str) -> Principal | None:
         scope = {
             "type": "http",
             "method": "GET",
@@ -820,6 +906,26 @@ def _verifier(
         }
         found = await resolve(authenticate(Request(scope)))
         return found if isinstance(found, Principal) else None
+
+    async def verify(token: str) -> tuple[Principal, Recheck] | None:
+        token = token.strip()
+        if not token or len(token) > 4096 or any(c in token for c in "\r\n"):
+            return None
+        recheck: Recheck
+        if isinstance(authenticate, BearerTokens):
+            digest = hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+            tokens = authenticate
+
+            async def recheck() -> Principal | None:
+                return tokens.verify_digest(digest)
+
+        else:
+
+            async def recheck() -> Principal | None:
+                return await ask(token)
+
+        principal = await recheck()
+        return None if principal is None else (principal, recheck)
 
     return verify
 
@@ -840,7 +946,7 @@ async def _not_found(request: Request, exc: Exception) -> Response:
             "message": message,
         },
         status=status,
-        session=inspector.session(request),
+        session=await inspector.session(request),
     )
 
 
@@ -858,11 +964,13 @@ def create_inspector(
     """The operator's web inspector over ``store`` (see ``docs/inspector.md``).
 
     ``authenticate`` checks the token pasted at the login page (``BearerTokens`` or the
-    service's callable). ``agent`` gives the compatibility for the incompatible filter, the
-    diagnosis and the deploy check. ``session_secret`` (32 bytes or more) signs session
-    cookies; without one, a secret is made per process (sessions end with it, and do not
-    carry across instances). ``authorize(principal, thread_id, action)`` is asked with
-    ``read`` and ``reconcile``. ``provider_key(receipt)`` shows the key the provider knows.
+    service's callable), and again on every request of the session. Sessions live in this
+    process (a restart logs everyone out; several instances need sticky sessions), last
+    ``session_lifetime`` seconds and end at logout. ``agent`` gives the compatibility for the
+    incompatible filter, the diagnosis and the deploy check. ``session_secret`` (32 bytes or
+    more) signs the login form's cookie; without one, a secret is made per process.
+    ``authorize(principal, thread_id, action)`` is asked with ``read`` (for every row and
+    link shown) and ``reconcile``. ``provider_key(receipt)`` shows the key the provider knows.
     """
     if not callable(authenticate):
         raise ConfigurationError(
@@ -883,6 +991,7 @@ def create_inspector(
         _verifier(authenticate),
         authorize or allow_any,
         SessionCodec(session_secret, session_lifetime),
+        SessionStore(session_lifetime),
         provider_key,
         page_size,
     )
@@ -894,7 +1003,8 @@ def create_inspector(
             Route("/login", login, methods=["POST"]),
             Route("/logout", _page(logout, post=True), methods=["POST"]),
             Route("/threads", _page(threads), methods=["GET"]),
-            Route("/threads/{thread_id}", _page(thread), methods=["GET"]),
+            Route("/thread", _page(thread), methods=["GET"]),
+            Route("/threads/{thread_id:path}", old_thread_path, methods=["GET"]),
             Route("/receipts", _page(queue), methods=["GET"]),
             Route("/receipt", _page(receipt_page), methods=["GET"]),
             Route(
@@ -904,6 +1014,7 @@ def create_inspector(
             ),
             Route("/reconcile", _page(reconcile, post=True, operator=True), methods=["POST"]),
             Route("/deploy", _page(deploy), methods=["GET"]),
+            Route("/deploy", _page(run_deploy, post=True, operator=True), methods=["POST"]),
             Mount("/static", app=static, name="static"),
         ],
         exception_handlers={HTTPException: _not_found, Exception: _not_found},

@@ -1,11 +1,15 @@
-"""Browser sessions of the inspector: a signed cookie, roles and the CSRF token.
+"""Browser sessions of the inspector: server-side sessions, roles and the CSRF token.
 
-Why a signed cookie rather than the bearer header: a browser sends no ``Authorization`` header
-when it follows a link, so the principal pastes the token once at the login page and gets a
-cookie holding who they are, their roles, a random CSRF token and an expiry, signed with
-HMAC-SHA256 under the server's secret. The cookie is ``HttpOnly`` (no script reads it),
-``SameSite=Strict`` (no other site sends it) and ``Secure`` over HTTPS. Every form carries the
-session's CSRF token (a synchronizer token), compared in constant time on every POST.
+Why a cookie rather than the bearer header: a browser sends no ``Authorization`` header when it
+follows a link, so the principal pastes the token once at the login page and gets a cookie.
+Why the cookie holds only a random session id: a session must end when the operator logs out,
+when the token is removed or when the roles change, at once and not at the cookie's expiry. So
+the session (principal, CSRF token, expiry, how to check the token again) lives in this
+process's ``SessionStore``; every request looks it up and asks the authenticator again. The
+cookie is ``HttpOnly`` (no script reads it), ``SameSite=Strict`` (no other site sends it) and
+``Secure`` over HTTPS. Every form carries the session's CSRF token (a synchronizer token),
+compared in constant time on every POST. The login form's own token is bound to a short-lived
+cookie signed with HMAC-SHA256 under the server's secret (``SessionCodec``).
 """
 
 from __future__ import annotations
@@ -16,7 +20,8 @@ import hmac
 import json
 import secrets
 import time
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
 
 from ...contracts.errors import ConfigurationError
 from ..auth import Principal
@@ -24,8 +29,10 @@ from ..auth import Principal
 __all__ = [
     "OPERATOR",
     "VIEWER",
+    "Recheck",
     "Session",
     "SessionCodec",
+    "SessionStore",
     "inspector_role",
 ]
 
@@ -34,6 +41,12 @@ OPERATOR = "operator"
 """May also reconcile receipts. A principal without roles is a ``viewer`` (read only)."""
 
 DEFAULT_LIFETIME = 8 * 3600
+MAX_SESSIONS = 10_000
+"""Sessions kept per process; past it, the one closest to its expiry ends first."""
+
+Recheck = Callable[[], Awaitable[Principal | None]]
+"""Asks the authenticator again for the token the session was started with (``None``: the
+token is no longer valid)."""
 
 
 def inspector_role(principal: Principal) -> str | None:
@@ -69,7 +82,7 @@ def _unb64(text: str) -> bytes:
 
 
 class SessionCodec:
-    """Signs and checks session (and pre-login) cookie values."""
+    """Signs and checks the login form's cookie; holds the sessions' lifetime."""
 
     __slots__ = ("_key", "lifetime")
 
@@ -109,31 +122,6 @@ class SessionCodec:
         except ValueError:
             return None
 
-    def issue(self, principal: Principal) -> tuple[str, Session]:
-        session = Session(principal, secrets.token_urlsafe(32), int(time.time()) + self.lifetime)
-        payload = {
-            "p": principal.id,
-            "r": sorted(principal.roles),
-            "c": session.csrf,
-            "e": session.expires,
-        }
-        return self._sign("session", json.dumps(payload).encode("utf-8")), session
-
-    def read(self, value: str | None) -> Session | None:
-        raw = self._open("session", value)
-        if raw is None:
-            return None
-        try:
-            payload = json.loads(raw)
-            session = Session(
-                Principal(payload["p"], frozenset(payload["r"])),
-                str(payload["c"]),
-                int(payload["e"]),
-            )
-        except (ValueError, KeyError, TypeError, ConfigurationError):
-            return None
-        return session if session.expires > time.time() else None
-
     def prelogin(self) -> tuple[str, str]:
         """A login form's CSRF token and the signed cookie that must come back with it."""
         token = secrets.token_urlsafe(32)
@@ -152,3 +140,66 @@ class SessionCodec:
         return expires > time.time() and hmac.compare_digest(
             expected.encode("utf-8"), token.encode("utf-8")
         )
+
+
+@dataclass(slots=True)
+class _Entry:
+    session: Session
+    recheck: Recheck
+
+
+class SessionStore:
+    """This process's sessions by random id: started at login, looked up on every request
+    (the token checked again), ended at logout, expiry, token removal or a role change."""
+
+    __slots__ = ("_entries", "lifetime", "limit")
+
+    def __init__(self, lifetime: int = DEFAULT_LIFETIME, limit: int = MAX_SESSIONS) -> None:
+        self._entries: dict[str, _Entry] = {}
+        self.lifetime = lifetime
+        self.limit = limit
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def start(self, principal: Principal, recheck: Recheck) -> tuple[str, Session]:
+        """A new session: its id (the cookie's value, 256 random bits) and the session."""
+        now = time.time()
+        for sid in [k for k, e in self._entries.items() if e.session.expires <= now]:
+            del self._entries[sid]
+        while len(self._entries) >= self.limit:
+            oldest = min(self._entries, key=lambda k: self._entries[k].session.expires)
+            del self._entries[oldest]
+        sid = secrets.token_urlsafe(32)
+        session = Session(principal, secrets.token_urlsafe(32), int(now) + self.lifetime)
+        self._entries[sid] = _Entry(session, recheck)
+        return sid, session
+
+    async def get(self, sid: str | None) -> Session | None:
+        """The live session of ``sid``, with the principal as the authenticator sees it now;
+        ``None`` (and the session ended) when it expired, the token is no longer valid or
+        the principal lost the inspector's roles. A role change applies at once."""
+        if not sid or len(sid) > 128:
+            return None
+        entry = self._entries.get(sid)
+        if entry is None:
+            return None
+        if entry.session.expires <= time.time():
+            self.end(sid)
+            return None
+        principal = await entry.recheck()
+        if self._entries.get(sid) is not entry:
+            return None  # ended while the authenticator was asked
+        if principal is None or principal.id != entry.session.principal.id:
+            self.end(sid)
+            return None
+        if inspector_role(principal) is None:
+            self.end(sid)
+            return None
+        if principal != entry.session.principal:
+            entry.session = replace(entry.session, principal=principal)
+        return entry.session
+
+    def end(self, sid: str | None) -> None:
+        if sid:
+            self._entries.pop(sid, None)
