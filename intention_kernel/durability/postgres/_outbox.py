@@ -65,6 +65,11 @@ EVENT_COLUMNS = (
 _RETURNING = EVENT_COLUMNS
 # An init-plan: evaluated once per statement, transaction-local (works behind a pooler).
 _SYNC_ON = "(SELECT set_config('synchronous_commit', 'on', true)) IS NOT NULL"
+# An undelivered row ``o`` that holds back its thread: dead, claimed or backing off.
+_BLOCKED = (
+    "(o.dead OR coalesce(o.claimed_until > now(), false)"
+    " OR coalesce(o.next_attempt_at > now(), false))"
+)
 
 
 def notify_channel(schema: str) -> str:
@@ -128,28 +133,38 @@ DROP FUNCTION IF EXISTS {q}.outbox_notify();
             "SELECT EXISTS (SELECT 1 FROM pg_trigger"
             f" WHERE tgrelid = to_regclass('{q}.outbox') AND tgname = 'outbox_notify')"
         )
-        # $1 relay id, $2 limit, $3 lease seconds.
+        # $1 relay id, $2 limit, $3 lease seconds. ``walk`` visits undelivered rows in position
+        # order, one ``outbox_open`` index probe per step, carrying the threads held back so
+        # far (their later rows are skipped inside the probe) and stopping once $2 rows are
+        # taken: its cost is the batch plus the held-back threads, whatever the backlog and the
+        # statistics (a plain join let the planner test every undelivered row first).
         self.claim = f"""
-WITH candidates AS (
-    SELECT o.position, o.thread_id FROM {s} o
-    WHERE o.delivered_at IS NULL AND NOT o.dead
-      AND (o.claimed_until IS NULL OR o.claimed_until <= now())
-      AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= now())
-      AND NOT EXISTS (
-          SELECT 1 FROM {s} b
-          WHERE b.thread_id = o.thread_id AND b.position < o.position
-            AND b.delivered_at IS NULL
-            AND (b.dead OR b.claimed_until > now() OR b.next_attempt_at > now()))
-    ORDER BY o.position
-    LIMIT $2
-    FOR UPDATE OF o SKIP LOCKED
+WITH RECURSIVE walk (position, thread_id, take, taken, held) AS (
+    (SELECT o.position, o.thread_id, NOT {_BLOCKED}, (NOT {_BLOCKED})::int,
+            CASE WHEN {_BLOCKED} THEN ARRAY[o.thread_id] ELSE '{{}}'::text[] END
+     FROM {s} o WHERE o.delivered_at IS NULL ORDER BY o.position LIMIT 1)
+    UNION ALL
+    SELECT n.position, n.thread_id, NOT n.blocked, w.taken + (NOT n.blocked)::int,
+           CASE WHEN n.blocked THEN w.held || n.thread_id ELSE w.held END
+    FROM walk w CROSS JOIN LATERAL (
+        SELECT o.position, o.thread_id, {_BLOCKED} AS blocked FROM {s} o
+        WHERE o.delivered_at IS NULL AND o.position > w.position
+          AND o.thread_id <> ALL (w.held)
+        ORDER BY o.position LIMIT 1) n
+    WHERE w.taken < $2
+), candidates AS (
+    SELECT r.position, r.thread_id FROM walk w CROSS JOIN LATERAL (
+        SELECT o.position, o.thread_id FROM {s} o
+        WHERE o.position = w.position AND o.delivered_at IS NULL AND NOT {_BLOCKED}
+        FOR UPDATE SKIP LOCKED) r
+    WHERE w.take
+), missing AS (
+    SELECT w.thread_id, min(w.position) AS first FROM walk w
+    WHERE w.take AND NOT EXISTS (SELECT 1 FROM candidates k WHERE k.position = w.position)
+    GROUP BY w.thread_id
 ), chosen AS (
-    SELECT c.position FROM candidates c
-    WHERE NOT EXISTS (
-        SELECT 1 FROM {s} e
-        WHERE e.thread_id = c.thread_id AND e.position < c.position
-          AND e.delivered_at IS NULL
-          AND NOT EXISTS (SELECT 1 FROM candidates k WHERE k.position = e.position))
+    SELECT c.position FROM candidates c LEFT JOIN missing m ON m.thread_id = c.thread_id
+    WHERE m.first IS NULL OR c.position < m.first
 )
 UPDATE {s} u SET claimed_by = $1, claimed_until = now() + make_interval(secs => $3::float8)
 FROM chosen WHERE u.position = chosen.position
