@@ -65,6 +65,12 @@ EVENT_COLUMNS = (
 _RETURNING = EVENT_COLUMNS
 # An init-plan: evaluated once per statement, transaction-local (works behind a pooler).
 _SYNC_ON = "(SELECT set_config('synchronous_commit', 'on', true)) IS NOT NULL"
+# "Not delivered yet" for statements that find rows by position: written so that it does not
+# match the predicate of the partial indexes on undelivered rows. With a healthy store's
+# statistics (analyzed while nothing was pending) those indexes look empty, and the planner
+# scanned all of ``outbox_open_by_thread`` instead of probing the primary key: every mark,
+# release and failure then cost O(backlog), and draining a backlog O(backlog^2).
+_OPEN = "(delivered_at IS NULL) IS TRUE"
 # An undelivered row ``o`` that holds back its thread: dead, claimed or backing off.
 _BLOCKED = (
     "(o.dead OR coalesce(o.claimed_until > now(), false)"
@@ -155,7 +161,7 @@ WITH RECURSIVE walk (position, thread_id, take, taken, held) AS (
 ), candidates AS (
     SELECT r.position, r.thread_id FROM walk w CROSS JOIN LATERAL (
         SELECT o.position, o.thread_id FROM {s} o
-        WHERE o.position = w.position AND o.delivered_at IS NULL AND NOT {_BLOCKED}
+        WHERE o.position = w.position AND (o.delivered_at IS NULL) IS TRUE AND NOT {_BLOCKED}
         FOR UPDATE SKIP LOCKED) r
     WHERE w.take
 ), missing AS (
@@ -174,13 +180,13 @@ RETURNING u.position, u.event, u.delivered_at, u.attempts, u.last_error, u.dead,
         self.kill_unreadable = f"""
 UPDATE {s} SET dead = true, last_error = $3, claimed_by = NULL, claimed_until = NULL,
     next_attempt_at = NULL
-WHERE position = $1 AND claimed_by = $2 AND delivered_at IS NULL AND {_SYNC_ON}"""
+WHERE position = $1 AND claimed_by = $2 AND {_OPEN} AND {_SYNC_ON}"""
         # $1 positions. Durable: a lost mark would only re-deliver, but an acked batch should
         # stay acked across a server crash.
         self.mark_delivered = f"""
 UPDATE {s} SET delivered_at = now(), dead = false, claimed_by = NULL, claimed_until = NULL,
     next_attempt_at = NULL
-WHERE position = ANY($1::bigint[]) AND delivered_at IS NULL AND {_SYNC_ON}"""
+WHERE position = ANY($1::bigint[]) AND {_OPEN} AND {_SYNC_ON}"""
         # $1 position, $2 relay, $3 error, $4 retry seconds, $5 max attempts, $6 permanent.
         self.record_failure = f"""
 UPDATE {s} SET attempts = attempts + 1, last_error = $3,
@@ -188,12 +194,12 @@ UPDATE {s} SET attempts = attempts + 1, last_error = $3,
     dead = ($6::bool OR attempts + 1 >= $5::int),
     next_attempt_at = CASE WHEN $6::bool OR attempts + 1 >= $5::int THEN NULL
                            ELSE now() + make_interval(secs => $4::float8) END
-WHERE position = $1 AND delivered_at IS NULL AND NOT dead
+WHERE position = $1 AND {_OPEN} AND NOT dead
   AND claimed_by = $2 AND claimed_until > now()
 RETURNING {_RETURNING}"""
         self.release = f"""
 UPDATE {s} SET claimed_by = NULL, claimed_until = NULL
-WHERE position = ANY($1::bigint[]) AND delivered_at IS NULL AND NOT dead
+WHERE position = ANY($1::bigint[]) AND {_OPEN} AND NOT dead
   AND claimed_by = $2 AND claimed_until > now()"""
         # $1 positions or NULL (all), $2 thread or NULL (all).
         self.requeue = f"""
