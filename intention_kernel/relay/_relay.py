@@ -12,9 +12,14 @@ Failure handling, by sink outcome:
 * ``reject``: dead-lettered at once with the reason.
 
 A dead event keeps its thread waiting (order per thread is promised) until ``requeue``.
-* ``unavailable``: the sink is down; the batch is released without counting attempts and the
-  relay pauses with backoff (logged, counted in ``stats``), so an outage never dead-letters the
-  backlog and never turns into a crash loop.
+* ``unavailable``: the sink is down or did not answer in time (a hung broker looks connected);
+  the batch is released without counting attempts and the relay pauses with backoff (logged,
+  counted in ``stats``), so an outage never dead-letters the backlog and never turns into a
+  crash loop.
+
+A claim that answers too late to leave time for one publish within the lease gives its batch
+back at once (``BatchReport.slow_claim``, ``stats.slow_claims``, a warning saying why) and the
+relay backs off, instead of claiming the same batch again and again without progress.
 
 ``stop()`` is graceful: the current round finishes, its acknowledgements are recorded and the
 rest of the batch is released. Cancelling the task instead behaves like a crash: nothing more is

@@ -8,13 +8,14 @@ position can become visible after a higher one. Within a thread they follow comm
 lease and the head revision serialize a thread's commits, and a turn inserts its events in
 sequence order), which is all the claim rule needs: it compares positions only within a thread.
 
-``claim`` locks candidates with ``FOR UPDATE SKIP LOCKED`` (relays never wait on each other),
-then keeps a candidate only if every earlier undelivered row of its thread is also a locked
-candidate. SKIP LOCKED silently skips rows another transaction holds (a concurrent claim, mark
-or failure); without that second check a skipped row would let a later row of its thread out
-of order. Candidates are first filtered against the statement's snapshot (a thread is held
-back from its first row that is dead, live-claimed or backing off), so a held-back thread does
-not fill the batch with rows that would be dropped. A claimed row that cannot be read back is
+``claim`` walks the undelivered rows in position order against the statement's snapshot, one
+index probe per step, and stops when the batch is full: a thread is held back from its first
+row that is dead, live-claimed or backing off, and its later rows are skipped. Its cost is the
+batch plus the held-back threads, whatever the backlog or the planner's statistics. The taken
+rows are then locked with ``FOR UPDATE SKIP LOCKED`` (relays never wait on each other), and a
+row is kept only if no earlier taken row of its thread was skipped: SKIP LOCKED silently skips
+rows another transaction holds (a concurrent claim, mark or failure), and without that check a
+skipped row would let a later row of its thread out of order. A claimed row that cannot be read back is
 dead-lettered at once (its reason in ``last_error``) with the rest of its thread's batch given
 back, so it holds back its own thread only; reads list it as a placeholder.
 
