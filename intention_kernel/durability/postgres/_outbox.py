@@ -15,9 +15,9 @@ batch plus the held-back threads, whatever the backlog or the planner's statisti
 rows are then locked with ``FOR UPDATE SKIP LOCKED`` (relays never wait on each other), and a
 row is kept only if no earlier taken row of its thread was skipped: SKIP LOCKED silently skips
 rows another transaction holds (a concurrent claim, mark or failure), and without that check a
-skipped row would let a later row of its thread out of order. A claimed row that cannot be read back is
-dead-lettered at once (its reason in ``last_error``) with the rest of its thread's batch given
-back, so it holds back its own thread only; reads list it as a placeholder.
+skipped row would let a later row of its thread out of order. A claimed row that cannot be
+read back is dead-lettered at once (its reason in ``last_error``) with the rest of its thread's
+batch given back, so it holds back its own thread only; reads list it as a placeholder.
 
 Wake-up (optional, off by default): ``set_outbox_notify(True)`` installs a statement trigger
 that sends ``NOTIFY`` when a commit inserts outbox rows; a store opened with ``listen=True``
