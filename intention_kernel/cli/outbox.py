@@ -172,6 +172,7 @@ def relay(
                 f" {result.retried}, dead-lettered {result.dead_lettered}, released"
                 f" {result.released}"
                 + ("; the sink was unavailable" if result.sink_unavailable else "")
+                + ("; the claim was too slow to publish (see the log)" if result.slow_claim else "")
             )
         else:
             out.print(f"delivered {result.delivered} event(s) in {result.batches} batch(es)")

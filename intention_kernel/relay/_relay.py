@@ -12,9 +12,14 @@ Failure handling, by sink outcome:
 * ``reject``: dead-lettered at once with the reason.
 
 A dead event keeps its thread waiting (order per thread is promised) until ``requeue``.
-* ``unavailable``: the sink is down; the batch is released without counting attempts and the
-  relay pauses with backoff (logged, counted in ``stats``), so an outage never dead-letters the
-  backlog and never turns into a crash loop.
+* ``unavailable``: the sink is down or did not answer in time (a hung broker looks connected);
+  the batch is released without counting attempts and the relay pauses with backoff (logged,
+  counted in ``stats``), so an outage never dead-letters the backlog and never turns into a
+  crash loop.
+
+A claim that answers too late to leave time for one publish within the lease gives its batch
+back at once (``BatchReport.slow_claim``, ``stats.slow_claims``, a warning saying why) and the
+relay backs off, instead of claiming the same batch again and again without progress.
 
 ``stop()`` is graceful: the current round finishes, its acknowledgements are recorded and the
 rest of the batch is released. Cancelling the task instead behaves like a crash: nothing more is
@@ -57,6 +62,8 @@ class BatchReport:
     dead_lettered: int = 0
     released: int = 0
     sink_unavailable: bool = False
+    slow_claim: bool = False
+    """The claim took so long that the batch was released unpublished (see the log)."""
 
 
 @dataclass(slots=True)
@@ -72,6 +79,8 @@ class RelayStats:
     """Batches abandoned because the sink was unavailable."""
     source_errors: int = 0
     """Store calls that failed (the relay backs off and tries again)."""
+    slow_claims: int = 0
+    """Batches released unpublished because the claim used up the lease's publishing time."""
     consecutive_failures: int = 0
     """Outages or store errors in a row; 0 once a batch goes through."""
     last_error: str | None = None
@@ -153,12 +162,13 @@ class OutboxRelay:
                 logger.warning("relay %s: store error, retrying in %.1fs", self.relay_id, delay)
                 await self._sleep(delay)
                 continue
-            if report.sink_unavailable:
+            if report.sink_unavailable or report.slow_claim:
                 failures += 1
                 delay = self.backoff.delay(failures)
                 logger.warning(
-                    "relay %s: sink unavailable (%s), pausing %.1fs",
+                    "relay %s: %s (%s), pausing %.1fs",
                     self.relay_id,
+                    "sink unavailable" if report.sink_unavailable else "claim too slow",
                     self.stats.last_error,
                     delay,
                 )
@@ -175,13 +185,16 @@ class OutboxRelay:
             return report
         # The store starts the lease after this moment, so a deadline from here is safe; the
         # margin covers the last mark and clock drift between relay and store.
-        deadline = time.monotonic() + self.claim_ttl * 0.9 - self.publish_timeout
+        started = time.monotonic()
+        deadline = started + self.claim_ttl * 0.9 - self.publish_timeout
         batch = await self.source.claim(self.relay_id, limit=self.batch_size, lease=self.claim_ttl)
         report.claimed = len(batch)
         if not batch:
             return report
         crash_point(RelayCrashPoint.RELAY_CLAIMED, relay_id=self.relay_id, claimed=len(batch))
         self.stats.batches += 1
+        if time.monotonic() >= deadline:
+            return await self._give_back_slow_claim(batch, time.monotonic() - started, report)
         queues: dict[str, deque[StoredEvent]] = {}
         for stored in batch:
             queues.setdefault(stored.event.thread_id, deque()).append(stored)
@@ -195,6 +208,27 @@ class OutboxRelay:
             self.stats.released += len(leftover)
         if not report.sink_unavailable:
             self.stats.consecutive_failures = 0
+        return report
+
+    async def _give_back_slow_claim(
+        self, batch: list[StoredEvent], took: float, report: BatchReport
+    ) -> BatchReport:
+        """The claim itself used the time the lease leaves for publishing: no round can start
+        safely, so the batch goes back, and the relay says so and backs off (a store that
+        claims this slowly would otherwise be asked again at once, forever)."""
+        reason = (
+            f"claim of {len(batch)} events took {took:.1f}s, leaving no time to publish"
+            f" within claim_ttl={self.claim_ttl:g}s (publish_timeout={self.publish_timeout:g}s):"
+            " batch released unpublished; raise claim_ttl or lower batch_size"
+        )
+        report.released += await self.source.release(
+            self.relay_id, [stored.position for stored in batch]
+        )
+        report.slow_claim = True
+        self.stats.released += len(batch)
+        self.stats.slow_claims += 1
+        self._note_failure(reason)
+        logger.warning("relay %s: %s", self.relay_id, reason)
         return report
 
     # ---------------------------------------------------------------- passthroughs

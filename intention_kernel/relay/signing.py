@@ -47,6 +47,7 @@ TIMESTAMP_HEADER = "webhook-timestamp"
 SIGNATURE_HEADER = "webhook-signature"
 SECRET_PREFIX = "whsec_"
 _VERSION = "v1"
+_TIMESTAMP_DIGITS = 20
 
 
 def new_secret() -> str:
@@ -132,18 +133,27 @@ def verify_signature(
     """
     allowed = _tolerance(tolerance)
     key = signing_key(secret)
-    if not msg_id or not timestamp.isascii() or not timestamp.isdigit():
+    if not msg_id or not _is_unix_seconds(timestamp):
         return False
     current = time.time() if now is None else now
     if abs(current - int(timestamp)) > allowed:
         return False
-    expected = sign(key, msg_id, timestamp, body).split(",", 1)[1].encode()
+    try:
+        expected = sign(key, msg_id, timestamp, body).split(",", 1)[1].encode()
+    except UnicodeEncodeError:  # a lone surrogate in the id: no sender could have signed it
+        return False
     found = False
     for candidate in signature.split(" "):
         version, _, value = candidate.partition(",")
-        if version == _VERSION and value:
+        if version == _VERSION and value and value.isascii():
             found |= hmac.compare_digest(expected, value.encode())
     return found
+
+
+def _is_unix_seconds(timestamp: str) -> bool:
+    """ASCII digits, at most ``_TIMESTAMP_DIGITS`` of them: ``int()`` refuses more than 4,300
+    digits with ``ValueError``, and no honest timestamp has more than a dozen."""
+    return 0 < len(timestamp) <= _TIMESTAMP_DIGITS and timestamp.isascii() and timestamp.isdigit()
 
 
 def verify_headers(

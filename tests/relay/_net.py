@@ -5,7 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
+import signal
 import socket
+import subprocess
+import time
 
 import pytest
 
@@ -68,3 +72,97 @@ class TcpProxy:
 
         await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
         self._writers.difference_update((writer, up_writer))
+
+
+class PrivateServer:
+    """A broker of the test's own (``nats-server`` or ``redis-server``) on a free loopback port,
+    which the test may hang with SIGSTOP and wake with SIGCONT: the shared services are never
+    paused. Killed when the test ends."""
+
+    def __init__(self, argv: list[str], port: int) -> None:
+        self.argv = argv
+        self.port = port
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @classmethod
+    def nats(cls, data_dir: str) -> PrivateServer:
+        port = free_port()
+        return cls(
+            ["nats-server", "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", data_dir], port
+        )
+
+    @classmethod
+    def redis(cls) -> PrivateServer:
+        port = free_port()
+        argv = ["redis-server", "--bind", "127.0.0.1", "--port", str(port)]
+        return cls([*argv, "--save", "", "--appendonly", "no"], port)
+
+    def start(self) -> None:
+        binary = shutil.which(self.argv[0])
+        if binary is None:
+            message = f"{self.argv[0]} is not installed"
+            if os.environ.get("CI") == "true":
+                pytest.fail(message)
+            pytest.skip(message)
+        self._process = subprocess.Popen(
+            [binary, *self.argv[1:]], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    return
+            except OSError:
+                if self._process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"{self.argv[0]} did not start on {self.port}") from None
+                time.sleep(0.05)
+
+    def pause(self) -> None:
+        """The server stops answering; its connections stay open (as in a hang)."""
+        assert self._process is not None
+        self._process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self._process is not None
+        self._process.send_signal(signal.SIGCONT)
+
+    def stop(self) -> None:
+        if self._process is not None:
+            self._process.send_signal(signal.SIGCONT)
+            self._process.kill()
+            self._process.wait(10)
+            self._process = None
+
+
+class StallingProxy(TcpProxy):
+    """A ``TcpProxy`` that, while ``stalled``, accepts connections and forwards nothing: a peer
+    that takes the request and never answers. Held connections are dropped by ``unstall``."""
+
+    def __init__(self, target: int, port: int | None = None) -> None:
+        super().__init__(target, port)
+        self.stalled = False
+        self.held = 0
+        self._holding: set[asyncio.StreamWriter] = set()
+
+    def stall(self) -> None:
+        self.stalled = True
+
+    def unstall(self) -> None:
+        self.stalled = False
+        for writer in list(self._holding):
+            writer.close()
+        self._holding.clear()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if not self.stalled:
+            await super()._handle(reader, writer)
+            return
+        self.held += 1
+        self._holding.add(writer)
+        try:
+            with contextlib.suppress(OSError, asyncio.CancelledError):
+                while await reader.read(65536):  # swallow the request, answer nothing
+                    pass
+        finally:
+            self._holding.discard(writer)
+            writer.close()

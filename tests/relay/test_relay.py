@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from typing import Any
 
 import pytest
 
@@ -208,6 +209,48 @@ async def test_a_hanging_sink_times_out_as_unavailable() -> None:
     report = await relay.run_once()
     assert report.sink_unavailable and report.released == 1
     assert relay.stats.last_error is not None and "did not answer" in relay.stats.last_error
+
+
+class SlowClaims:
+    """A real store whose claims answer ``delay`` seconds late, as a claim under a bad plan did."""
+
+    def __init__(self, store: MemoryDurability, delay: float) -> None:
+        self.store = store
+        self.delay = delay
+        self.claims = 0
+
+    async def claim(self, relay_id: str, *, limit: int, lease: float) -> list[StoredEvent]:
+        batch = await self.store.claim(relay_id, limit=limit, lease=lease)
+        self.claims += 1
+        await asyncio.sleep(self.delay)
+        return batch
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+
+async def test_a_claim_slower_than_the_lease_budget_is_reported_not_spun_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A claim that uses up the lease's publishing time cannot publish safely: the batch goes
+    back, and the report, the stats and a warning say why (it used to go back silently, and
+    the relay claimed it again at once, forever)."""
+    store = MemoryDurability()
+    await commit_events(store, "t1", "turn-1", 2)
+    source = SlowClaims(store, delay=0.8)
+    sink = EventCollector()
+    relay = OutboxRelay(source, sink, claim_ttl=1.0, publish_timeout=0.2, backoff=FAST)
+    report = await relay.run_once()
+    assert (report.claimed, report.delivered, report.released) == (2, 0, 2)
+    assert "claim of 2 events took 0.8s" in (relay.stats.last_error or "")
+    assert report.slow_claim and not report.sink_unavailable
+    assert relay.stats.slow_claims == 1
+    assert any("raise claim_ttl" in r.getMessage() for r in caplog.records)
+    assert (await store.outbox_stats()).claimed == 0  # given back at once, not left to expire
+    source.delay = 0.0
+    report = await relay.run_once()
+    assert report.delivered == 2 and not report.slow_claim
+    assert len(sink.events) == 2
 
 
 async def test_wake_delivers_without_waiting_for_the_poll_interval() -> None:

@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from standardwebhooks import Webhook, WebhookVerificationError
 
 from intention_kernel.contracts import ConfigurationError
@@ -22,6 +24,7 @@ from intention_kernel.relay.signing import (
     new_secret,
     sign,
     signature_headers,
+    verify_headers,
     verify_signature,
 )
 
@@ -149,3 +152,41 @@ def test_the_guide_receiver_verifies_and_dedupes_on_the_signed_id(
     with pytest.raises(WebhookVerificationError):
         Webhook(SECRET).verify(BODY, {**headers, "webhook-id": "evt_other"})
     assert [event["id"] for event in handled] == ["evt_1"]
+
+
+_HEADER_TEXT = (
+    st.text(max_size=64)
+    | st.integers(min_value=20, max_value=5000).map(lambda n: "9" * n)
+    | st.builds(lambda pad, n: "0" * pad + str(n), st.integers(0, 5000), st.integers(0, 10**12))
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    msg_id=_HEADER_TEXT,
+    timestamp=_HEADER_TEXT | st.integers(min_value=-(10**30), max_value=10**30).map(str),
+    signature=_HEADER_TEXT,
+    names=st.sampled_from([str.lower, str.upper, str.title]),
+)
+def test_hostile_header_values_are_a_failed_verification_never_an_exception(
+    msg_id: str, timestamp: str, signature: str, names: Any
+) -> None:
+    """Any header value a client can send (4,301 digits, surrogates, NUL, signs) is ``False``."""
+    headers = {
+        names(ID_HEADER): msg_id,
+        names(TIMESTAMP_HEADER): timestamp,
+        names(SIGNATURE_HEADER): signature,
+    }
+    assert verify_headers(SECRET, headers, BODY, now=NOW) is False
+    assert (
+        verify_signature(
+            SECRET, msg_id=msg_id, timestamp=timestamp, body=BODY, signature=signature, now=NOW
+        )
+        is False
+    )
+
+
+def test_a_timestamp_of_thousands_of_digits_does_not_verify() -> None:
+    good = sign(SECRET, "evt_1", str(NOW), BODY)
+    for stamp in ("9" * 4301, "0" * 5000 + str(NOW), "1" * 100_000):
+        assert not _verify(good, timestamp=stamp)

@@ -8,15 +8,16 @@ position can become visible after a higher one. Within a thread they follow comm
 lease and the head revision serialize a thread's commits, and a turn inserts its events in
 sequence order), which is all the claim rule needs: it compares positions only within a thread.
 
-``claim`` locks candidates with ``FOR UPDATE SKIP LOCKED`` (relays never wait on each other),
-then keeps a candidate only if every earlier undelivered row of its thread is also a locked
-candidate. SKIP LOCKED silently skips rows another transaction holds (a concurrent claim, mark
-or failure); without that second check a skipped row would let a later row of its thread out
-of order. Candidates are first filtered against the statement's snapshot (a thread is held
-back from its first row that is dead, live-claimed or backing off), so a held-back thread does
-not fill the batch with rows that would be dropped. A claimed row that cannot be read back is
-dead-lettered at once (its reason in ``last_error``) with the rest of its thread's batch given
-back, so it holds back its own thread only; reads list it as a placeholder.
+``claim`` walks the undelivered rows in position order against the statement's snapshot, one
+index probe per step, and stops when the batch is full: a thread is held back from its first
+row that is dead, live-claimed or backing off, and its later rows are skipped. Its cost is the
+batch plus the held-back threads, whatever the backlog or the planner's statistics. The taken
+rows are then locked with ``FOR UPDATE SKIP LOCKED`` (relays never wait on each other), and a
+row is kept only if no earlier taken row of its thread was skipped: SKIP LOCKED silently skips
+rows another transaction holds (a concurrent claim, mark or failure), and without that check a
+skipped row would let a later row of its thread out of order. A claimed row that cannot be
+read back is dead-lettered at once (its reason in ``last_error``) with the rest of its thread's
+batch given back, so it holds back its own thread only; reads list it as a placeholder.
 
 Wake-up (optional, off by default): ``set_outbox_notify(True)`` installs a statement trigger
 that sends ``NOTIFY`` when a commit inserts outbox rows; a store opened with ``listen=True``
@@ -65,6 +66,17 @@ EVENT_COLUMNS = (
 _RETURNING = EVENT_COLUMNS
 # An init-plan: evaluated once per statement, transaction-local (works behind a pooler).
 _SYNC_ON = "(SELECT set_config('synchronous_commit', 'on', true)) IS NOT NULL"
+# "Not delivered yet" for statements that find rows by position: written so that it does not
+# match the predicate of the partial indexes on undelivered rows. With a healthy store's
+# statistics (analyzed while nothing was pending) those indexes look empty, and the planner
+# scanned all of ``outbox_open_by_thread`` instead of probing the primary key: every mark,
+# release and failure then cost O(backlog), and draining a backlog O(backlog^2).
+_OPEN = "(delivered_at IS NULL) IS TRUE"
+# An undelivered row ``o`` that holds back its thread: dead, claimed or backing off.
+_BLOCKED = (
+    "(o.dead OR coalesce(o.claimed_until > now(), false)"
+    " OR coalesce(o.next_attempt_at > now(), false))"
+)
 
 
 def notify_channel(schema: str) -> str:
@@ -128,28 +140,38 @@ DROP FUNCTION IF EXISTS {q}.outbox_notify();
             "SELECT EXISTS (SELECT 1 FROM pg_trigger"
             f" WHERE tgrelid = to_regclass('{q}.outbox') AND tgname = 'outbox_notify')"
         )
-        # $1 relay id, $2 limit, $3 lease seconds.
+        # $1 relay id, $2 limit, $3 lease seconds. ``walk`` visits undelivered rows in position
+        # order, one ``outbox_open`` index probe per step, carrying the threads held back so
+        # far (their later rows are skipped inside the probe) and stopping once $2 rows are
+        # taken: its cost is the batch plus the held-back threads, whatever the backlog and the
+        # statistics (a plain join let the planner test every undelivered row first).
         self.claim = f"""
-WITH candidates AS (
-    SELECT o.position, o.thread_id FROM {s} o
-    WHERE o.delivered_at IS NULL AND NOT o.dead
-      AND (o.claimed_until IS NULL OR o.claimed_until <= now())
-      AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= now())
-      AND NOT EXISTS (
-          SELECT 1 FROM {s} b
-          WHERE b.thread_id = o.thread_id AND b.position < o.position
-            AND b.delivered_at IS NULL
-            AND (b.dead OR b.claimed_until > now() OR b.next_attempt_at > now()))
-    ORDER BY o.position
-    LIMIT $2
-    FOR UPDATE OF o SKIP LOCKED
+WITH RECURSIVE walk (position, thread_id, take, taken, held) AS (
+    (SELECT o.position, o.thread_id, NOT {_BLOCKED}, (NOT {_BLOCKED})::int,
+            CASE WHEN {_BLOCKED} THEN ARRAY[o.thread_id] ELSE '{{}}'::text[] END
+     FROM {s} o WHERE o.delivered_at IS NULL ORDER BY o.position LIMIT 1)
+    UNION ALL
+    SELECT n.position, n.thread_id, NOT n.blocked, w.taken + (NOT n.blocked)::int,
+           CASE WHEN n.blocked THEN w.held || n.thread_id ELSE w.held END
+    FROM walk w CROSS JOIN LATERAL (
+        SELECT o.position, o.thread_id, {_BLOCKED} AS blocked FROM {s} o
+        WHERE o.delivered_at IS NULL AND o.position > w.position
+          AND o.thread_id <> ALL (w.held)
+        ORDER BY o.position LIMIT 1) n
+    WHERE w.taken < $2
+), candidates AS (
+    SELECT r.position, r.thread_id FROM walk w CROSS JOIN LATERAL (
+        SELECT o.position, o.thread_id FROM {s} o
+        WHERE o.position = w.position AND (o.delivered_at IS NULL) IS TRUE AND NOT {_BLOCKED}
+        FOR UPDATE SKIP LOCKED) r
+    WHERE w.take
+), missing AS (
+    SELECT w.thread_id, min(w.position) AS first FROM walk w
+    WHERE w.take AND NOT EXISTS (SELECT 1 FROM candidates k WHERE k.position = w.position)
+    GROUP BY w.thread_id
 ), chosen AS (
-    SELECT c.position FROM candidates c
-    WHERE NOT EXISTS (
-        SELECT 1 FROM {s} e
-        WHERE e.thread_id = c.thread_id AND e.position < c.position
-          AND e.delivered_at IS NULL
-          AND NOT EXISTS (SELECT 1 FROM candidates k WHERE k.position = e.position))
+    SELECT c.position FROM candidates c LEFT JOIN missing m ON m.thread_id = c.thread_id
+    WHERE m.first IS NULL OR c.position < m.first
 )
 UPDATE {s} u SET claimed_by = $1, claimed_until = now() + make_interval(secs => $3::float8)
 FROM chosen WHERE u.position = chosen.position
@@ -159,13 +181,13 @@ RETURNING u.position, u.event, u.delivered_at, u.attempts, u.last_error, u.dead,
         self.kill_unreadable = f"""
 UPDATE {s} SET dead = true, last_error = $3, claimed_by = NULL, claimed_until = NULL,
     next_attempt_at = NULL
-WHERE position = $1 AND claimed_by = $2 AND delivered_at IS NULL AND {_SYNC_ON}"""
+WHERE position = $1 AND claimed_by = $2 AND {_OPEN} AND {_SYNC_ON}"""
         # $1 positions. Durable: a lost mark would only re-deliver, but an acked batch should
         # stay acked across a server crash.
         self.mark_delivered = f"""
 UPDATE {s} SET delivered_at = now(), dead = false, claimed_by = NULL, claimed_until = NULL,
     next_attempt_at = NULL
-WHERE position = ANY($1::bigint[]) AND delivered_at IS NULL AND {_SYNC_ON}"""
+WHERE position = ANY($1::bigint[]) AND {_OPEN} AND {_SYNC_ON}"""
         # $1 position, $2 relay, $3 error, $4 retry seconds, $5 max attempts, $6 permanent.
         self.record_failure = f"""
 UPDATE {s} SET attempts = attempts + 1, last_error = $3,
@@ -173,12 +195,12 @@ UPDATE {s} SET attempts = attempts + 1, last_error = $3,
     dead = ($6::bool OR attempts + 1 >= $5::int),
     next_attempt_at = CASE WHEN $6::bool OR attempts + 1 >= $5::int THEN NULL
                            ELSE now() + make_interval(secs => $4::float8) END
-WHERE position = $1 AND delivered_at IS NULL AND NOT dead
+WHERE position = $1 AND {_OPEN} AND NOT dead
   AND claimed_by = $2 AND claimed_until > now()
 RETURNING {_RETURNING}"""
         self.release = f"""
 UPDATE {s} SET claimed_by = NULL, claimed_until = NULL
-WHERE position = ANY($1::bigint[]) AND delivered_at IS NULL AND NOT dead
+WHERE position = ANY($1::bigint[]) AND {_OPEN} AND NOT dead
   AND claimed_by = $2 AND claimed_until > now()"""
         # $1 positions or NULL (all), $2 thread or NULL (all).
         self.requeue = f"""

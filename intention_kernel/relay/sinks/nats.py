@@ -54,8 +54,10 @@ class NatsSink:
 
     Connects lazily on the first ``publish`` (creating the stream, or checking that it
     captures the subject) and connects again on a later batch after an outage: the relay owns
-    the retries, not the driver. An unreachable server or lost connection is ``unavailable``,
-    a failed publish on a live connection ``retry``, an event over the max payload ``reject``.
+    the retries, not the driver. An unreachable server, a lost connection, an ack that does
+    not come within ``timeout`` (a hung server looks connected) or JetStream answering 503 is
+    ``unavailable``; a JetStream error answer on a live connection ``retry``; an event over the
+    max payload ``reject``.
     Messages show the server without its credentials.
     """
 
@@ -106,9 +108,17 @@ class NatsSink:
         except nats.js.errors.NoStreamResponseError:
             self._js = None  # verify (or re-create) the stream on the next batch
             return PublishOutcome.unavailable(f"no JetStream stream answers on {self.subject}")
+        except nats.js.errors.ServiceUnavailableError as exc:
+            return PublishOutcome.unavailable(f"JetStream unavailable: {exc.description}")
         except nats.js.errors.APIError as exc:
             return PublishOutcome.retry(f"JetStream error {exc.code}: {exc.description}")
-        except (OSError, TimeoutError, nats.errors.Error) as exc:
+        except TimeoutError:
+            # No answer is not an answer about this event: a hung server, a partition that
+            # drops packets or a stalled JetStream disk look like this on a live connection.
+            return PublishOutcome.unavailable(
+                f"NATS at {self.shown_server} did not acknowledge within {self.timeout:g}s"
+            )
+        except (OSError, nats.errors.Error) as exc:
             if self._nc is None or not self._nc.is_connected:
                 return PublishOutcome.unavailable(f"NATS connection lost: {type(exc).__name__}")
             return PublishOutcome.retry(f"JetStream publish failed: {type(exc).__name__}")

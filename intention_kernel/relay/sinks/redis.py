@@ -33,13 +33,14 @@ class RedisSink:
     """Adds one stream entry per event (``XADD``), a batch in one pipelined round trip.
 
     Redis Streams do not deduplicate: a re-delivery adds a second entry with the same ``id``
-    field, so consumers deduplicate by it. A lost connection is ``unavailable``; a command
-    error is ``retry`` for the events it hit.
+    field, so consumers deduplicate by it. A lost connection, or no answer within ``timeout``
+    (a hung server), is ``unavailable``; a command error is ``retry`` for the events it hit.
     """
 
     def __init__(self, url: str, stream: str, *, maxlen: int | None, timeout: float) -> None:
         self.stream = stream
         self.maxlen = maxlen
+        self.timeout = timeout
         self._client: aioredis.Redis = aioredis.Redis.from_url(
             url,
             socket_connect_timeout=2,
@@ -63,7 +64,11 @@ class RedisSink:
             pipe.xadd(self.stream, fields, maxlen=self.maxlen, approximate=True)
         try:
             results = await pipe.execute(raise_on_error=False)
-        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) as exc:
+        except (redis.exceptions.TimeoutError, TimeoutError):
+            # No answer is not an answer about these events: a hung server is an outage.
+            reason = f"Redis did not answer within {self.timeout:g}s"
+            return [PublishOutcome.unavailable(reason)] * len(events)
+        except (redis.exceptions.ConnectionError, OSError) as exc:
             reason = f"Redis unreachable: {type(exc).__name__}"
             return [PublishOutcome.unavailable(reason)] * len(events)
         except redis.exceptions.RedisError as exc:

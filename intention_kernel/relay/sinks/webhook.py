@@ -6,7 +6,7 @@ with the ``whsec_...`` secret in environment variable ``secret_env``. An event o
 also carries the W3C ``traceparent`` header. While a secret is rotated
 the variable holds both, space-separated, and every request carries both signatures. Answers
 map to outcomes: 2xx ok; 408, 429 and 5xx retry; any other status reject (dead-letter with the
-status); no connection unavailable.
+status); no connection, or no answer within ``timeout``, unavailable.
 
 Optional parameters: ``timeout`` (seconds per request, default 10), ``concurrency`` (requests
 in flight per batch, default 16).
@@ -37,7 +37,8 @@ class WebhookSink:
     ``relay.signing``).
 
     Receivers deduplicate by the signed ``webhook-id``. 2xx is ``ok``; 408, 429 and 5xx
-    ``retry``; any other status ``reject``; no connection ``unavailable``. Redirects are not
+    ``retry``; any other status ``reject``; no connection or no answer within ``timeout``
+    ``unavailable`` (a hung receiver is an outage). Redirects are not
     followed, and at most ``concurrency`` requests of a batch are in flight.
     """
 
@@ -72,8 +73,14 @@ class WebhookSink:
         try:
             async with self._limit:
                 response = await client.post(self.target, content=body, headers=headers)
-        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+        except httpx.ConnectError as exc:
             return PublishOutcome.unavailable(f"webhook unreachable: {type(exc).__name__}")
+        except httpx.TimeoutException as exc:
+            # No answer within ``timeout`` says nothing about the event: a receiver that
+            # accepts connections and hangs is an outage, not a reason to dead-letter.
+            return PublishOutcome.unavailable(
+                f"webhook did not answer within {self._timeout:g}s: {type(exc).__name__}"
+            )
         except httpx.HTTPError as exc:
             return PublishOutcome.retry(f"webhook request failed: {type(exc).__name__}")
         status = response.status_code
