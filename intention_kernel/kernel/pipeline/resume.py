@@ -170,6 +170,10 @@ def _answer(state: TurnState, plan: Plan, chosen: Chosen) -> None:
     plan.close_interaction = True
     if item is None:
         return
+    if item.status not in _CONFIRMING:
+        plan.close_interaction = False  # input requests are answered by planning the step again
+        return
+    plan.resolved.add(item.id)
     now = state.runtime.clock().isoformat()
     actor = state.host_context.get("actor")
     who = actor if isinstance(actor, str) else None
@@ -184,12 +188,6 @@ def _answer(state: TurnState, plan: Plan, chosen: Chosen) -> None:
         "via": chosen.via,
     }
     question = {"question": interaction.prompt}  # what the user saw: kept, not sent in events
-    if item.status not in _CONFIRMING:
-        plan.close_interaction = False  # input requests are answered by planning the step again
-        if chosen.via == "selection":  # a button press: the turn's history shows the choice
-            plan.decisions.append({**record, **question, "decision": "selected"})
-        return
-    plan.resolved.add(item.id)
     name = item.capability_id
     cap = state.runtime.capabilities.get(name)
     description = (cap.description if cap else name).rstrip(".")
@@ -245,7 +243,7 @@ def _answer(state: TurnState, plan: Plan, chosen: Chosen) -> None:
             via=chosen.via,
             question=interaction.prompt,
         )
-        plan.decisions.append(step.approval.to_json())
+        plan.decisions.append({**step.approval.to_json(), "option": chosen.option})
         accepted = step.approval.to_json()
         del accepted["question"]
         _audit(state, "confirmation.accepted", accepted)
