@@ -11,8 +11,8 @@ escaped JSON string. A literal ``…`` outside the headline only ever marks an e
 A capability may name its material fields (``consent_fields``, listed first) and give a summary
 template (``consent_summary``, the headline instead of its description); neither hides a field.
 An operation whose list cannot be shown in ``MAX_DETAILS`` characters, even with the narrowest
-elision, is never asked for (``details`` returns ``None``): nothing runs without consent to all
-of it.
+elision, is never asked for (``details`` and ``question`` return ``None``): nothing runs without
+consent to all of it.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import json
 import re
 import string
 import unicodedata
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from pydantic import JsonValue
 
@@ -143,24 +143,39 @@ def _label(path: Path, width: int) -> str:
     return "".join(keys).removeprefix(".")
 
 
-def _ordered(input_json: JsonValue, first: Sequence[str]) -> list[tuple[Path, JsonValue]]:
+def _ordered(input_json: JsonValue, first: Sequence[str]) -> Iterator[tuple[Path, JsonValue]]:
     """Every leaf of the input; those of the ``first`` (material) fields come first."""
     if not isinstance(input_json, dict):
-        return [((), input_json)] if input_json is not None else []
+        if input_json is not None:
+            yield (), input_json
+        return
     named = [k for k in dict.fromkeys(first) if k in input_json]
-    keys = [*named, *(k for k in input_json if k not in named)]
-    return [leaf for key in keys for leaf in _leaves(input_json[key], (key,))]
+    for key in [*named, *(k for k in input_json if k not in named)]:
+        yield from _leaves(input_json[key], (key,))
 
 
 def details(input_json: JsonValue, first: Sequence[str] = ()) -> str | None:
     """Every field of the operation as ``path: value, ...``, at the widest elision that fits
     ``MAX_DETAILS``; ``None`` when not even the narrowest does (the operation is not asked)."""
-    leaves = _ordered(input_json, first)
     for width in _WIDTHS:
-        shown = ", ".join(f"{_label(p, width)}: {_value(v, width)}" for p, v in leaves)
-        if len(shown) <= MAX_DETAILS:
+        shown = _listed(_ordered(input_json, first), width, MAX_DETAILS)
+        if shown is not None:
             return shown
     return None
+
+
+def _listed(leaves: Iterable[tuple[Path, JsonValue]], width: int, limit: int) -> str | None:
+    """The fields at ``width``; ``None`` as soon as they pass ``limit`` (a huge input is not
+    rendered in full only to be refused)."""
+    parts: list[str] = []
+    used = -2
+    for path, value in leaves:
+        part = f"{_label(path, width)}: {_value(value, width)}"
+        used += len(part) + 2
+        if used > limit:
+            return None
+        parts.append(part)
+    return ", ".join(parts)
 
 
 def summary_fields(template: str) -> list[str]:
@@ -196,16 +211,13 @@ def question(
     first: Sequence[str] = (),
     summary: str | None = None,
     kernel: bool = True,
-) -> str:
+) -> str | None:
     """The question consent is asked with: the kernel's ``Please confirm: <headline or
     summary> (<every field>).``, or (``kernel=False``) a capability's own prompt followed by
-    every field. An operation too large to show is listed at the narrowest width anyway (only a
-    pending item stored before this check can be one; ``details`` keeps new ones out)."""
+    every field; ``None`` when the operation is too large to show (it is not asked)."""
     listed = details(input_json, first)
     if listed is None:
-        leaves = _ordered(input_json, first)
-        width = _WIDTHS[-1]
-        listed = ", ".join(f"{_label(p, width)}: {_value(v, width)}" for p, v in leaves)
+        return None
     if not kernel:
         return f"{headline.rstrip()} ({listed})" if listed else headline
     head = (_summary(summary, input_json) if summary else headline).rstrip().rstrip(".")

@@ -174,17 +174,16 @@ def _outcome(
         if not accept or any(a not in options for a in accept):
             # Which answers consent must be known before asking: a decline is the kernel's.
             return _failed(step, "the capability's confirmation names no valid accepting option")
-        cap = step.capability
         if not isinstance(result.prompt, str):
             return _failed(step, "the capability returned text that cannot be stored")
-        if consent.details(step.input_json, cap.consent_fields) is None:
+        first = step.capability.consent_fields
+        question = consent.question(result.prompt, step.input_json, first=first, kernel=False)
+        if question is None:
             return _failed(step, "the operation has more details than one question can show")
         return StepOutcome(
             step=step,
             status=StepStatus.NEEDS_CONFIRMATION,
-            prompt=consent.question(
-                result.prompt, step.input_json, first=cap.consent_fields, kernel=False
-            ),
+            prompt=question,
             options=options,
             accept=accept,
             data=data if isinstance(data, dict) else {},

@@ -124,9 +124,11 @@ def interaction_id(thread_id: str, item_id: str) -> str:
     return "ia-" + fingerprint([thread_id, item_id])[:32]
 
 
-def confirm_prompt(cap: Capability | None, input_json: JsonValue, name: str = "") -> str:
+def confirm_prompt(cap: Capability | None, input_json: JsonValue, name: str = "") -> str | None:
     """The kernel's confirmation question: what will be done, with every field of the input
-    (``consent.question``; the capability's material fields first, its summary as headline)."""
+    (``consent.question``; the capability's material fields first, its summary as headline).
+    ``None`` for an operation too large to show: planning refuses those, so only an item stored
+    before that rule can be one, and it is not asked (nothing runs)."""
     if cap is None:
         return consent.question(name, input_json)
     return consent.question(
@@ -140,7 +142,8 @@ def confirm_prompt(cap: Capability | None, input_json: JsonValue, name: str = ""
 def _reopen(item: AgendaItem, cap: Capability | None) -> tuple[str, str, tuple[str, ...]] | None:
     """The question a still-pending agenda item asks, to make it the active interaction."""
     if item.status == AgendaStatus.AWAITING_CONFIRMATION:
-        return "confirmation", confirm_prompt(cap, item.input, item.capability_id), ("yes", "no")
+        asked = confirm_prompt(cap, item.input, item.capability_id)
+        return None if asked is None else ("confirmation", asked, ("yes", "no"))
     prompt = item.data.get("prompt")
     if item.status in _REASKS and isinstance(prompt, str) and prompt:
         options = item.data.get("options")
@@ -222,8 +225,9 @@ def reduce_outcomes(
         item = _agenda_item(hold.step, _HELD[hold.status], hold.reason, turn_id, data)
         agenda.append(item)
         if hold.status == HoldReason.AWAITING_CONFIRMATION:
-            prompt = confirm_prompt(cap, hold.step.input_json)
-            asks.append((item, "confirmation", prompt, ("yes", "no")))
+            asked = confirm_prompt(cap, hold.step.input_json)
+            if asked is not None:
+                asks.append((item, "confirmation", asked, ("yes", "no")))
     if interaction is None and not asks:
         # An earlier request still waits (e.g. a second write proposed while one was pending).
         known = capabilities or {}
