@@ -13,7 +13,14 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from intention_kernel.contracts import AgentCompilationError, DurabilityStore, EffectAuthority
+from intention_kernel.contracts import (
+    AgendaItem,
+    AgendaStatus,
+    AgentCompilationError,
+    DurabilityStore,
+    EffectAuthority,
+    KernelCheckpoint,
+)
 from intention_kernel.kernel import (
     CapabilityContext,
     Completed,
@@ -21,6 +28,7 @@ from intention_kernel.kernel import (
     NeedsConfirmation,
     define_capability,
 )
+from intention_kernel.kernel.pipeline.reduce import reduce_outcomes
 from intention_kernel.testing import MemoryDurability, ScriptedModelGateway
 
 from .support import FaqAnswer, World, make_world, support_agent
@@ -239,3 +247,26 @@ def test_the_consent_presentation_is_not_part_of_the_fingerprint() -> None:
         )
     )
     assert plain.fingerprint == shaped.fingerprint
+
+
+def test_a_pending_item_too_large_to_show_is_not_asked_again() -> None:
+    """An agenda item stored before operations too large to show were refused: reopening it
+    as the active interaction would ask for consent to what the user cannot see."""
+    lines = [{"sku": f"SKU-{n:05d}-{'x' * 20}", "quantity": n} for n in range(400)]
+    big = AgendaItem(
+        id="old:step-1",
+        capability_id="orders.place",
+        capability_version="1.0.0",
+        input={"lines": lines},
+        status=AgendaStatus.AWAITING_CONFIRMATION,
+        created_turn_id="old",
+        data={"digest": "d", "relied_on": {}},
+    )
+    small = big.model_copy(update={"id": "old:step-2", "input": {"lines": lines[:2]}})
+    checkpoint = KernelCheckpoint(revision=1, agent_fingerprint="x", agenda=[big])
+    alone = reduce_outcomes(checkpoint, [], [], "turn-2", 10, thread_id="t")
+    assert alone.interaction is None and [a.id for a in alone.agenda] == ["old:step-1"]
+    both = checkpoint.model_copy(update={"agenda": [big, small]})
+    asked = reduce_outcomes(both, [], [], "turn-2", 10, thread_id="t").interaction
+    assert asked is not None and asked.agenda_item_id == "old:step-2"
+    assert asked.prompt.startswith("Please confirm: orders.place (lines[0].sku: SKU-00000-")
