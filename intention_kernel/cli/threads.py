@@ -9,7 +9,7 @@ import typer
 
 from ..contracts.checkpoint import KernelCheckpoint
 from ..contracts.durability import DurabilityStore
-from ..contracts.turns import DurableTurnResult
+from ..operations.history import turn_answer, turn_input
 from ._common import (
     CliError,
     JsonOpt,
@@ -190,13 +190,6 @@ def show(
     emit(as_json, data, human)
 
 
-def _turn_input(result: DurableTurnResult) -> str | None:
-    for message in result.checkpoint.messages:
-        if message.role == "user" and message.turn_id == result.turn_id:
-            return message.text
-    return None
-
-
 def _brief(response: Any, width: int = 160) -> str:
     """A kernel response by its text; anything else as JSON, cut to ``width``."""
     if isinstance(response, dict) and isinstance(response.get("text"), str):
@@ -206,6 +199,14 @@ def _brief(response: Any, width: int = 160) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def _shown_input(turn: dict[str, Any]) -> str:
+    """The input cell: what was said or chosen, and who answered when the host said so."""
+    answer = turn["answer"]
+    actor = answer.get("actor") if isinstance(answer, dict) else None
+    said = turn["input"] or "-"
+    return f"{said} (by {actor})" if actor else said
+
+
 def turns(
     thread_id: Annotated[str, typer.Argument(metavar="ID")],
     store: StoreOpt = None,
@@ -213,7 +214,8 @@ def turns(
     limit: Annotated[int, typer.Option(min=1, max=1000)] = 50,
     as_json: JsonOpt = False,
 ) -> None:
-    """Committed turns of a thread in commit order, with input and response."""
+    """Committed turns of a thread in commit order, with input and response; a button press
+    shows what was chosen (``accepted: Please confirm: ...``) and who answered."""
 
     async def body() -> dict[str, Any]:
         async with open_store(store) as opened:
@@ -226,7 +228,8 @@ def turns(
                     "turn_id": r.turn_id,
                     "revision": r.checkpoint.revision,
                     "trace_id": r.trace_id,
-                    "input": _turn_input(r),
+                    "input": turn_input(r),
+                    "answer": turn_answer(r),
                     "response": r.response,
                 }
                 for r in rows
@@ -239,7 +242,7 @@ def turns(
         print_table(
             ("revision", "turn", "input", "response"),
             [
-                (str(t["revision"]), t["turn_id"], t["input"] or "-", _brief(t["response"]))
+                (str(t["revision"]), t["turn_id"], _shown_input(t), _brief(t["response"]))
                 for t in data["turns"]
             ],
             ids=("turn",),

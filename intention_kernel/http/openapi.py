@@ -148,12 +148,30 @@ _SCHEMAS: dict[str, Any] = {
                 "type": "array",
                 "items": {
                     "type": "object",
-                    "required": ["turn_id", "revision", "trace_id", "input", "response"],
+                    "required": ["turn_id", "revision", "trace_id", "input", "answer", "response"],
                     "properties": {
                         "turn_id": {"type": "string"},
                         "revision": {"type": "integer"},
                         "trace_id": {"type": "string"},
-                        "input": {"type": ["string", "null"]},
+                        "input": {
+                            "type": ["string", "null"],
+                            "description": "what the user said; for a button press, what was"
+                            " chosen (e.g. 'accepted: Please confirm: ...')",
+                        },
+                        "answer": {
+                            "type": ["object", "null"],
+                            "description": "the answer the turn gave to an interaction",
+                            "properties": {
+                                "decision": {"type": "string"},
+                                "option": {"type": "string"},
+                                "via": {"type": "string", "enum": ["selection", "text"]},
+                                "actor": {"type": ["string", "null"]},
+                                "answered_at": {"type": "string"},
+                                "question": {"type": "string"},
+                                "interaction_id": {"type": "string"},
+                                "capability_id": {"type": "string"},
+                            },
+                        },
                         "response": _ref("Response"),
                     },
                 },

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from ..contracts.checkpoint import Interaction, KernelCheckpoint
 from ..contracts.turns import DurableTurnResult
 from ..kernel.response import Response, TurnResult
+from ..operations.history import turn_answer, turn_input
 
 __all__ = [
     "checkpoint_summary",
@@ -94,19 +95,14 @@ def thread_body(thread_id: str, checkpoint: KernelCheckpoint) -> dict[str, Any]:
 
 
 def user_input(stored: DurableTurnResult) -> str | None:
-    """What the user said in a committed turn, as its checkpoint recorded it (if it did)."""
-    return next(
-        (
-            m.text
-            for m in stored.checkpoint.messages
-            if m.role == "user" and m.turn_id == stored.turn_id
-        ),
-        None,
-    )
+    """What the user said in a committed turn, or for a button press what was chosen
+    (``accepted: Please confirm: ...``), as its checkpoint recorded it (if it did)."""
+    return turn_input(stored)
 
 
 def stored_turn_json(stored: DurableTurnResult) -> dict[str, Any]:
-    """One committed turn of the history: ids, the user's input and the stored answer."""
+    """One committed turn of the history: ids, the user's input (or choice), the answer it gave
+    to an interaction (decision, option, actor, question) and the stored response."""
     try:
         response: Any = response_json(Response.model_validate(stored.response))
     except ValidationError:
@@ -116,5 +112,6 @@ def stored_turn_json(stored: DurableTurnResult) -> dict[str, Any]:
         "revision": stored.checkpoint.revision,
         "trace_id": stored.trace_id,
         "input": user_input(stored),
+        "answer": turn_answer(stored),
         "response": response,
     }

@@ -74,6 +74,8 @@ class Approval:
     turn_id: str
     via: str
     """``selection`` (a UI control) or ``text`` (interpreted by the model)."""
+    question: str = ""
+    """The question as the user was asked it: every field the digest covers."""
 
     def to_json(self) -> dict[str, JsonValue]:
         return {
@@ -86,6 +88,7 @@ class Approval:
             "answered_at": self.answered_at,
             "turn_id": self.turn_id,
             "via": self.via,
+            "question": self.question,
         }
 
 

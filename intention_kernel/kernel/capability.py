@@ -62,6 +62,16 @@ class Capability:
     effect: Effect = EffectKind.READ
     confirmation: Confirmation = ConfirmationMode.NONE
     guidance: Guidance = field(default_factory=Guidance)
+    consent_fields: tuple[str, ...] = ()
+    """Input fields the user must see first when asked for consent (e.g. the amount)."""
+    consent_summary: str | None = None
+    """A headline for the consent question, ``{field}`` placeholders filled from the input
+    (``"Pay {amount_eur} EUR to {payee}"``); every field is still listed after it."""
+
+
+def _names(fields: Sequence[str]) -> tuple[str, ...]:
+    """A single name given as a string is one field, not its characters."""
+    return (fields,) if isinstance(fields, str) else tuple(fields)
 
 
 def define_capability(
@@ -78,10 +88,15 @@ def define_capability(
     effect: Effect = EffectKind.READ,
     confirmation: Confirmation = ConfirmationMode.NONE,
     guidance: Guidance | None = None,
+    consent_fields: Sequence[str] = (),
+    consent_summary: str | None = None,
 ) -> Capability:
     """Record a capability. ``execute(context, input)`` gets the validated input model and
     returns ``Completed | NeedsInput | NeedsDependency | NeedsConfirmation | Failed``.
-    Writes must declare ``effect="write"`` and go through ``context.run_effect``."""
+    Writes must declare ``effect="write"`` and go through ``context.run_effect``.
+
+    ``consent_fields`` (input fields listed first) and ``consent_summary`` (a ``{field}``
+    template for the headline) shape the consent question; it always lists every field."""
     return Capability(
         id=id,
         version=version,
@@ -97,4 +112,6 @@ def define_capability(
             ConfirmationMode(confirmation) if confirmation in _CONFIRMATIONS else confirmation
         ),
         guidance=guidance if guidance is not None else Guidance(),
+        consent_fields=_names(consent_fields),
+        consent_summary=consent_summary,
     )

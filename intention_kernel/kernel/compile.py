@@ -22,6 +22,7 @@ from ..contracts.errors import AgentCompilationError, KernelError
 from ..contracts.ids import validate_id
 from .agent import AgentDefinition
 from .capability import Capability, Guidance
+from .consent import summary_fields
 from .facts import parse_fact_ref
 from .manifest import build_manifest, manifest_fingerprint
 from .routing import MODEL_KEYS, TASKS, ModelRoute, is_gateway
@@ -84,6 +85,31 @@ def _check_schema(problems: _Problems, model: object, where: str, field: str) ->
         problems.add("invalid_schema", where, f"{field} has no JSON Schema: {type(exc).__name__}")
 
 
+def _check_consent(problems: _Problems, cap: Capability, where: str) -> None:
+    """``consent_fields`` and the ``consent_summary`` placeholders name fields of the input."""
+    known = set(cap.input_schema.model_fields) if _is_model(cap.input_schema) else None
+    named: list[tuple[str, object]] = [("consent_fields", f) for f in cap.consent_fields]
+    summary = cap.consent_summary
+    if summary is not None:
+        if not isinstance(summary, str) or not summary.strip():
+            problems.add("invalid_consent_summary", where, "consent_summary must be non-blank text")
+        else:
+            try:
+                named += [("consent_summary", f) for f in summary_fields(summary)]
+            except ValueError as exc:
+                problems.add("invalid_consent_summary", where, f"consent_summary: {exc}")
+    for source, name in named:
+        if not isinstance(name, str):
+            problems.add("unknown_consent_field", where, f"{source} names {name!r}, not a field")
+        elif known is not None and name not in known:
+            problems.add(
+                "unknown_consent_field",
+                where,
+                f"{source} names {name!r}, which is not a field of the input"
+                f" (fields: {', '.join(sorted(known)) or 'none'})",
+            )
+
+
 def _check_capability(problems: _Problems, cap: Capability, where: str) -> None:
     try:
         validate_id(cap.id, "capability id")
@@ -95,6 +121,7 @@ def _check_capability(problems: _Problems, cap: Capability, where: str) -> None:
     _check_text(problems, cap.description, where, "description")
     _check_schema(problems, cap.input_schema, where, "input")
     _check_schema(problems, cap.output_schema, where, "output")
+    _check_consent(problems, cap, where)
     _check_facts(problems, cap.requires, where, "requires")
     _check_facts(problems, cap.provides, where, "provides")
     _check_facts(problems, cap.invalidates, where, "invalidates")

@@ -4,8 +4,9 @@ Why a manifest: a stored checkpoint was produced under one contract (capability 
 schemas, facts, effect and confirmation modes). The fingerprint is the SHA-256 of the manifest's
 canonical JSON (sorted keys, no whitespace), so it is the same in every process and Python
 version for the same definition, and any contract change yields a new one. Descriptions,
-guidance and the ``execute`` functions are deliberately left out: rewording a description is not
-a contract change, and function objects have no stable identity.
+guidance, the consent question's presentation (``consent_fields``, ``consent_summary``) and the
+``execute`` functions are deliberately left out: rewording a description is not a contract
+change, and function objects have no stable identity.
 
 The per-task models (``define_agent(models=...)``) are part of it, by name (``model_label``), and
 only when given: a thread continued by another model is a change the host must declare, while an

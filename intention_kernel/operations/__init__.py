@@ -9,6 +9,7 @@ from __future__ import annotations
 from .age import age
 from .compat_report import CompatReport, RefusedThread, compat_report
 from .diagnosis import Diagnosis, Finding, diagnose_thread, redact
+from .history import answer_line, turn_answer, turn_input
 
 __all__ = [
     "CompatReport",
@@ -16,7 +17,10 @@ __all__ = [
     "Finding",
     "RefusedThread",
     "age",
+    "answer_line",
     "compat_report",
     "diagnose_thread",
     "redact",
+    "turn_answer",
+    "turn_input",
 ]

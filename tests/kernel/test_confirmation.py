@@ -247,7 +247,9 @@ async def test_a_capability_owned_confirmation_gets_the_answer_and_checks_it(
     world.say("refund 42", refund)
     asked = await world.run("turn-1", "refund 42")
     assert asked.response.interaction is not None
-    assert asked.response.interaction.prompt == "Refund 5 EUR for order 42?"
+    assert (
+        asked.response.interaction.prompt == "Refund 5 EUR for order 42? (order_id: 42, amount: 5)"
+    )
     assert payments.calls == []
     declined = await world.run("turn-2", "no")
     assert declined.response.text == "Cancelled: Refund an order. Nothing was done."

@@ -210,7 +210,8 @@ async def test_capability_owned_confirmation_opens_its_own_interaction(
     result = await world.run("turn-1", "refund 42")
     interaction = result.checkpoint.interaction
     assert interaction is not None and interaction.kind == "confirmation"
-    assert interaction.prompt == "Charge 5 EUR for order 42?"
+    # The capability's words, then every field the consent covers.
+    assert interaction.prompt == "Charge 5 EUR for order 42? (order_id: 42, amount: 5)"
     assert interaction.options == ["yes", "no"]
     assert result.checkpoint.receipts == []
     assert result.checkpoint.agenda[0].data["amount"] == 5

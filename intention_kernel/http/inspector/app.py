@@ -46,6 +46,7 @@ from ...kernel.compat import Compatibility
 from ...kernel.response import Response as TurnResponse
 from ...kernel.runtime import CompiledAgent
 from ...operations import age, compat_report, diagnose_thread, redact
+from ...operations.history import turn_answer
 from ..auth import Authenticator, Authorizer, BearerTokens, Principal, allow_any, resolve
 from ..turns import user_input
 from .session import Recheck, Session, SessionCodec, SessionStore, inspector_role
@@ -551,6 +552,7 @@ def _turn_row(stored: DurableTurnResult) -> dict[str, Any]:
         "revision": stored.checkpoint.revision,
         "trace_id": stored.trace_id,
         "input": user_input(stored),
+        "answer": turn_answer(stored),
         "response": text,
         "kind": kind,
         "steps": steps,

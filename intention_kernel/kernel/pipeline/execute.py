@@ -39,6 +39,7 @@ from ...contracts.errors import (
 from ...contracts.events import EventCategory
 from ...contracts.receipts import EffectReceipt, ReceiptStatus
 from ...telemetry import step_span
+from .. import consent
 from ..context import CapabilityContext, StepEvents, uncertain_copy
 from ..facts import FactRef, apply_fact, parse_fact_ref
 from ..failures import StepError, classify, must_propagate, reason_for, type_name
@@ -187,10 +188,16 @@ def _outcome(
         if not accept or any(a not in options for a in accept):
             # Which answers consent must be known before asking: a decline is the kernel's.
             return _failed(step, "the capability's confirmation names no valid accepting option")
+        if not isinstance(result.prompt, str):
+            return _failed(step, "the capability returned text that cannot be stored")
+        first = step.capability.consent_fields
+        question = consent.question(result.prompt, step.input_json, first=first, kernel=False)
+        if question is None:
+            return _failed(step, "the operation has more details than one question can show")
         return StepOutcome(
             step=step,
             status=StepStatus.NEEDS_CONFIRMATION,
-            prompt=result.prompt,
+            prompt=question,
             options=options,
             accept=accept,
             data=data if isinstance(data, dict) else {},

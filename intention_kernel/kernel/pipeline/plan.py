@@ -24,6 +24,7 @@ from ...contracts import codec
 from ...contracts.checkpoint import FactRecord
 from ...contracts.errors import SerializationError
 from ...contracts.events import EventCategory
+from .. import consent
 from ..capability import Capability
 from ..limits import stored_within
 from ..policies import PolicyRequest
@@ -40,6 +41,10 @@ UNCLEAR = "I could not work out part of your request. Could you say it another w
 REFUSED = "I cannot help with that request as it is. Could you say it another way?"
 """The safe answer when the provider declined to interpret (a refusal or a content filter):
 nothing runs and no repair is asked (the same question would get the same refusal)."""
+TOO_LARGE = (
+    "I cannot ask you to confirm {what}: it has more details than one question can show,"
+    " so nothing was done."
+)
 
 
 @dataclass(slots=True)
@@ -194,6 +199,8 @@ def judge(
 ) -> tuple[Verdict, str]:
     """Policies (the first decision other than ``allow`` wins), then the capability's own
     confirmation mode: whether the step may run, is refused (safe reason) or needs consent.
+    An operation too large to show in full in a consent question is refused: consent is only
+    ever asked for what the user can see.
 
     The one rule for steps planned now and for steps resumed once their facts exist.
     """
@@ -210,6 +217,8 @@ def judge(
     if cap.confirmation == ConfirmationMode.REQUIRED or (
         decision is not None and decision.outcome == "require_confirmation"
     ):
+        if consent.details(step.input_json, cap.consent_fields) is None:
+            return "deny", TOO_LARGE.format(what=cap.description.rstrip(".").lower())
         return "confirm", (decision.reason if decision else "") or "needs your confirmation"
     return "run", ""
 

@@ -10,7 +10,6 @@ interaction unless one is already pending (it stays until answered).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Collection, Iterable, Mapping
 
 from pydantic import JsonValue
@@ -26,6 +25,7 @@ from ...contracts.checkpoint import (
 from ...contracts.codec import fingerprint
 from ...contracts.events import EventCategory
 from ...contracts.receipts import EffectReceipt, ReceiptStatus
+from .. import consent
 from ..approval import consent_data
 from ..capability import Capability
 from ..facts import apply_fact, invalidate, parse_fact_ref
@@ -124,23 +124,26 @@ def interaction_id(thread_id: str, item_id: str) -> str:
     return "ia-" + fingerprint([thread_id, item_id])[:32]
 
 
-def confirm_prompt(description: str, input_json: JsonValue) -> str:
-    """The kernel's confirmation question: what will be done, with the exact input."""
-    details = ""
-    if isinstance(input_json, dict) and input_json:
-        parts = [
-            f"{k}: {v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}"
-            for k, v in input_json.items()
-        ]
-        shown = ", ".join(parts)
-        details = f" ({shown[:197]}...)" if len(shown) > 200 else f" ({shown})"
-    return f"Please confirm: {description.rstrip('.')}{details}."
+def confirm_prompt(cap: Capability | None, input_json: JsonValue, name: str = "") -> str | None:
+    """The kernel's confirmation question: what will be done, with every field of the input
+    (``consent.question``; the capability's material fields first, its summary as headline).
+    ``None`` for an operation too large to show: planning refuses those, so only an item stored
+    before that rule can be one, and it is not asked (nothing runs)."""
+    if cap is None:
+        return consent.question(name, input_json)
+    return consent.question(
+        cap.description,
+        input_json,
+        first=cap.consent_fields,
+        summary=cap.consent_summary,
+    )
 
 
-def _reopen(item: AgendaItem, description: str) -> tuple[str, str, tuple[str, ...]] | None:
+def _reopen(item: AgendaItem, cap: Capability | None) -> tuple[str, str, tuple[str, ...]] | None:
     """The question a still-pending agenda item asks, to make it the active interaction."""
     if item.status == AgendaStatus.AWAITING_CONFIRMATION:
-        return "confirmation", confirm_prompt(description, item.input), ("yes", "no")
+        asked = confirm_prompt(cap, item.input, item.capability_id)
+        return None if asked is None else ("confirmation", asked, ("yes", "no"))
     prompt = item.data.get("prompt")
     if item.status in _REASKS and isinstance(prompt, str) and prompt:
         options = item.data.get("options")
@@ -222,15 +225,14 @@ def reduce_outcomes(
         item = _agenda_item(hold.step, _HELD[hold.status], hold.reason, turn_id, data)
         agenda.append(item)
         if hold.status == HoldReason.AWAITING_CONFIRMATION:
-            prompt = confirm_prompt(cap.description, hold.step.input_json)
-            asks.append((item, "confirmation", prompt, ("yes", "no")))
+            asked = confirm_prompt(cap, hold.step.input_json)
+            if asked is not None:
+                asks.append((item, "confirmation", asked, ("yes", "no")))
     if interaction is None and not asks:
         # An earlier request still waits (e.g. a second write proposed while one was pending).
         known = capabilities or {}
         for item in agenda:
-            pending = known.get(item.capability_id)
-            name = item.capability_id if pending is None else pending.description
-            question = _reopen(item, name)
+            question = _reopen(item, known.get(item.capability_id))
             if question is not None:
                 asks.append((item, *question))
                 break

@@ -187,6 +187,7 @@ def _answer(state: TurnState, plan: Plan, chosen: Chosen) -> None:
         "turn_id": state.turn.turn_id,
         "via": chosen.via,
     }
+    question = {"question": interaction.prompt}  # what the user saw: kept, not sent in events
     name = item.capability_id
     cap = state.runtime.capabilities.get(name)
     description = (cap.description if cap else name).rstrip(".")
@@ -194,7 +195,7 @@ def _answer(state: TurnState, plan: Plan, chosen: Chosen) -> None:
     accepting = (ACCEPT,) if kernel_owned else accepting_options(item)
     if chosen.option not in accepting:
         # Declines are the kernel's, whoever asked: the item is cancelled and nothing runs.
-        plan.decisions.append({**record, "decision": "declined"})
+        plan.decisions.append({**record, **question, "decision": "declined"})
         plan.notes.append(f"Cancelled: {description}. Nothing was done.")
         audit = dict(record)
         if not kernel_owned:
@@ -203,7 +204,7 @@ def _answer(state: TurnState, plan: Plan, chosen: Chosen) -> None:
         return
     step = _rebuild(state, item, f"resume-{len(plan.resolved)}")
     if step is None:
-        plan.decisions.append({**record, "decision": "refused"})
+        plan.decisions.append({**record, **question, "decision": "refused"})
         plan.notes.append(f"I can no longer do that ({description}); nothing was done.")
         _audit(state, "confirmation.refused", record)
         return
@@ -213,7 +214,7 @@ def _answer(state: TurnState, plan: Plan, chosen: Chosen) -> None:
     if hold.status == HoldReason.WAITING_FOR_FACT:
         # Consent never stands in for a missing fact (an item asked before this rule, or a
         # fact invalidated since): the step waits for it and consent is asked again then.
-        plan.decisions.append({**record, "decision": "waiting"})
+        plan.decisions.append({**record, **question, "decision": "waiting"})
         plan.notes.append(WAITING.format(what=description, refs=", ".join(hold.missing)))
         plan.held.append(hold)
         _audit(state, "confirmation.deferred", {**record, "missing": list[JsonValue](hold.missing)})
@@ -221,7 +222,7 @@ def _answer(state: TurnState, plan: Plan, chosen: Chosen) -> None:
     now_data = consent_data(cap.id, cap.version, cap.requires, step.input_json, state.facts)
     digest = str(now_data["digest"])
     if digest != item.data.get("digest"):
-        plan.decisions.append({**record, "decision": "changed", "digest": digest})
+        plan.decisions.append({**record, **question, "decision": "changed", "digest": digest})
         plan.notes.append(CHANGED.format(what=_what_changed(item, now_data)))
         _audit(state, "confirmation.mismatch", {**record, "digest": digest})
         if kernel_owned:
@@ -240,14 +241,17 @@ def _answer(state: TurnState, plan: Plan, chosen: Chosen) -> None:
             answered_at=now,
             turn_id=state.turn.turn_id,
             via=chosen.via,
+            question=interaction.prompt,
         )
-        plan.decisions.append(step.approval.to_json())
-        _audit(state, "confirmation.accepted", step.approval.to_json())
+        plan.decisions.append({**step.approval.to_json(), "option": chosen.option})
+        accepted = step.approval.to_json()
+        del accepted["question"]
+        _audit(state, "confirmation.accepted", accepted)
     else:
         step.answer = ConfirmationAnswer(
             interaction.id, chosen.option, _shown(item), who, now, digest, accepting
         )
-        plan.decisions.append({**record, "decision": "answered", "digest": digest})
+        plan.decisions.append({**record, **question, "decision": "answered", "digest": digest})
         _audit(state, "confirmation.answered", {**record, "digest": digest})
     _first(plan, step)
 
