@@ -27,6 +27,7 @@ from rich.table import Table
 
 from ..contracts.durability import DurabilityStore
 from ..contracts.errors import (
+    AgentCompilationError,
     CheckpointIncompatibleError,
     ConfigurationError,
     DurabilityError,
@@ -76,6 +77,9 @@ class ExitCode(IntEnum):
     FINDINGS = 1
     USAGE = 2
     STORE = 3
+    DEFINITION = 4
+    """The agent definition is invalid (``AGENT_COMPILATION_FAILED``): fix the code, not the
+    command line or the store."""
 
 
 class CliError(Exception):
@@ -119,6 +123,8 @@ def exit_code_for(exc: KernelError) -> ExitCode:
         return ExitCode.USAGE
     if isinstance(exc, CheckpointIncompatibleError):
         return ExitCode.FINDINGS
+    if isinstance(exc, AgentCompilationError):
+        return ExitCode.DEFINITION
     if isinstance(exc, DurabilityError):
         return ExitCode.STORE
     return ExitCode.STORE

@@ -182,3 +182,19 @@ def test_request_fingerprint_equals_the_codec_fingerprint() -> None:
     for text, selection in cases:
         expected = fingerprint({"text": text, "selection": selection})
         assert request_fingerprint(text, selection) == expected
+
+
+def test_the_message_names_every_problem() -> None:
+    """What a person reads (a log line, the CLI's error) says where, what and which code."""
+    agent = support_agent(
+        [_cap(id="bad.description", description=""), _cap(id="bad.version", version="1.0")]
+    )
+    with pytest.raises(AgentCompilationError) as info:
+        _kernel().compile(agent)
+    message = info.value.message
+    assert message.startswith("the agent definition has 2 problem(s): ")
+    assert "capability 'bad.description': description must be non-blank text" in message
+    assert "(empty_description)" in message
+    assert "capability 'bad.version': version must be semantic (e.g. 1.0.0)" in message
+    assert "(invalid_version)" in message
+    assert str(info.value).startswith("[AGENT_COMPILATION_FAILED] the agent definition has 2")
