@@ -198,3 +198,21 @@ def test_the_message_names_every_problem() -> None:
     assert "capability 'bad.version': version must be semantic (e.g. 1.0.0)" in message
     assert "(invalid_version)" in message
     assert str(info.value).startswith("[AGENT_COMPILATION_FAILED] the agent definition has 2")
+
+
+async def test_with_durability_commits_to_the_other_store() -> None:
+    first, second = MemoryDurability(), MemoryDurability()
+    compiled = Kernel(durability=first, model=ScriptedModelGateway()).compile(support_agent())
+    moved = compiled.with_durability(second)
+    assert moved.durability is second and compiled.durability is first
+    assert moved.fingerprint == compiled.fingerprint
+    assert moved.compatibility == compiled.compatibility
+    script = {"interpret": {"intentions": []}, "compose": {"text": "Hello.", "citations": []}}
+    moved = (
+        Kernel(durability=first, model=ScriptedModelGateway(script))
+        .compile(support_agent())
+        .with_durability(second)
+    )
+    await moved.run(thread_id="t1", turn_id="turn-1", text="hello")
+    assert await second.load_checkpoint("t1") is not None
+    assert await first.load_checkpoint("t1") is None
