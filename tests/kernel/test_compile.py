@@ -207,12 +207,10 @@ async def test_with_durability_commits_to_the_other_store() -> None:
     assert moved.durability is second and compiled.durability is first
     assert moved.fingerprint == compiled.fingerprint
     assert moved.compatibility == compiled.compatibility
-    script = {"interpret": {"intentions": []}, "compose": {"text": "Hello.", "citations": []}}
-    moved = (
-        Kernel(durability=first, model=ScriptedModelGateway(script))
-        .compile(support_agent())
-        .with_durability(second)
+    gateway = ScriptedModelGateway(
+        {"interpret": {"intentions": []}, "compose": {"text": "Hello.", "citations": []}}
     )
+    moved = Kernel(durability=first, model=gateway).compile(support_agent()).with_durability(second)
     await moved.run(thread_id="t1", turn_id="turn-1", text="hello")
     assert await second.load_checkpoint("t1") is not None
     assert await first.load_checkpoint("t1") is None
