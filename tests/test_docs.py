@@ -69,6 +69,10 @@ _cleanups.append(_drop_database)
 from intention_kernel.examples.travel_desk import build_agent
 agent = build_agent()
 """,
+    "definition": """
+from intention_kernel.examples.travel_desk import build_agent
+definition = build_agent()
+""",
     "agent_v2": """
 from intention_kernel.examples.travel_desk import build_agent
 agent_v2 = build_agent()
@@ -127,6 +131,10 @@ tokens = BearerTokens.from_secrets({"alice": "alice-token-0001"})
     "secret": 'secret = b"s" * 32',
     "my_provider_key": """
 def my_provider_key(receipt):
+    return receipt.idempotency_key
+""",
+    "my_key_for": """
+def my_key_for(receipt):
     return receipt.idempotency_key
 """,
     # telemetry and the relay
