@@ -1,13 +1,15 @@
-"""Load ``module:attribute``: the deployed agent's compatibility rules, or the served agent.
+"""Load ``module:attribute``: the agent ``check-compat``, ``thread diagnose`` and ``serve`` use.
 
-The attribute may be a ``CompiledAgent`` (its declared compatible fingerprints and migrations
-count), an ``AgentDefinition`` (only its own fingerprint is accepted, plus
-``--compatible-with``), or a function of no arguments returning either. The operator's module
-may fail to import or its factory may raise: that is ``INVALID_AGENT`` naming the exception,
-not a traceback.
+One attribute works for every command: an ``AgentDefinition``, a ``CompiledAgent``, or a
+factory (sync or async) returning either, called with the opened store when it takes one
+argument (``compile_desk(store)``) and with none otherwise. The operator's module may fail to
+import or its factory may raise: that is ``INVALID_AGENT`` naming the exception, not a
+traceback; an invalid definition is ``AgentCompilationError`` naming each problem.
 
-``serve`` needs an agent bound to the store it opened: there the attribute is a factory called
-with that store (``load_served_agent``).
+``check-compat`` reads the agent's compatibility rules: a ``CompiledAgent``'s declared
+fingerprints and migrations, a definition's own fingerprint only (plus ``--compatible-with``).
+``serve`` runs turns on the store it opened and reads: a ``CompiledAgent`` is served on that
+store (``with_durability``), a definition is compiled on it (its own model strings, no ports).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from ..contracts.durability import DurabilityStore
@@ -23,10 +25,11 @@ from ..contracts.errors import KernelError
 from ..kernel.agent import AgentDefinition
 from ..kernel.compat import Compatibility
 from ..kernel.compile import compile_manifest
+from ..kernel.kernel import Kernel
 from ..kernel.runtime import CompiledAgent
 from ._common import CliError
 
-__all__ = ["load_compatibility", "load_served_agent"]
+__all__ = ["load_agent", "load_compatibility", "load_served_agent"]
 
 
 _SETTING = {"setting": "--agent"}
@@ -65,15 +68,46 @@ def _resolve(spec: str) -> object:
     return target
 
 
-def load_compatibility(spec: str, compatible_with: Iterable[str] = ()) -> Compatibility:
+def _takes_store(factory: Callable[..., object]) -> bool:
+    """Whether ``factory`` wants the opened store: it has a positional parameter without a
+    default (``compile_desk(store)``); a function of no arguments gets none."""
+    try:
+        parameters = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):  # no signature to read (a builtin): call it bare
+        return False
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return any(p.kind in positional and p.default is p.empty for p in parameters)
+
+
+async def load_agent(spec: str, store: DurabilityStore) -> CompiledAgent | AgentDefinition:
+    """The agent ``spec`` names: a definition, a compiled agent, or what a factory returns
+    (called with ``store`` when it takes an argument, awaited when async)."""
     agent = _resolve(spec)
     if callable(agent) and not isinstance(agent, CompiledAgent | AgentDefinition | type):
+        factory = agent
         try:
-            agent = agent()
+            agent = factory(store) if _takes_store(factory) else factory()
+            if inspect.isawaitable(agent):
+                agent = await agent
         except KernelError:
             raise
         except Exception as exc:
             raise _failed(f"calling {spec}", exc) from None
+    if isinstance(agent, CompiledAgent | AgentDefinition):
+        return agent
+    raise CliError(
+        "INVALID_AGENT",
+        f"{spec} is a {type(agent).__name__}, not an AgentDefinition, a CompiledAgent or a"
+        " factory returning one (for example intention_kernel.examples.travel_desk:compile_desk)",
+        context=_SETTING,
+    )
+
+
+async def load_compatibility(
+    spec: str, store: DurabilityStore, compatible_with: Iterable[str] = ()
+) -> Compatibility:
+    """The stored checkpoints the agent ``spec`` names would accept."""
+    agent = await load_agent(spec, store)
     extra = frozenset(compatible_with)
     if isinstance(agent, CompiledAgent):
         declared = agent.compatibility
@@ -82,42 +116,14 @@ def load_compatibility(spec: str, compatible_with: Iterable[str] = ()) -> Compat
             compatible_with=declared.compatible_with | extra,
             migrations=declared.migrations,
         )
-    if isinstance(agent, AgentDefinition):
-        _, fingerprint = compile_manifest(agent)
-        return Compatibility(fingerprint=fingerprint, compatible_with=extra)
-    raise CliError(
-        "INVALID_AGENT",
-        f"{spec} is a {type(agent).__name__}, not a CompiledAgent or an AgentDefinition",
-        context=_SETTING,
-    )
+    _, fingerprint = compile_manifest(agent)
+    return Compatibility(fingerprint=fingerprint, compatible_with=extra)
 
 
 async def load_served_agent(spec: str, store: DurabilityStore) -> CompiledAgent:
-    """``factory(store)`` named by ``spec`` (sync or async), which must give a ``CompiledAgent``.
-
-    A ``CompiledAgent`` itself is refused: it is bound to a store of its own, and the service
-    must run turns on the store it reads and checks for readiness.
-    """
-    factory = _resolve(spec)
-    if isinstance(factory, CompiledAgent | AgentDefinition) or not callable(factory):
-        raise CliError(
-            "INVALID_AGENT",
-            f"{spec} must be a factory called with the opened store, returning a CompiledAgent"
-            " (for example intention_kernel.examples.travel_desk:compile_desk)",
-            context=_SETTING,
-        )
-    try:
-        agent = factory(store)
-        if inspect.isawaitable(agent):
-            agent = await agent
-    except KernelError:
-        raise
-    except Exception as exc:
-        raise _failed(f"calling {spec}", exc) from None
-    if not isinstance(agent, CompiledAgent):
-        raise CliError(
-            "INVALID_AGENT",
-            f"{spec} returned a {type(agent).__name__}, not a CompiledAgent",
-            context=_SETTING,
-        )
-    return agent
+    """The agent ``spec`` names, committing its turns to ``store`` (the one ``serve`` opened
+    and reads threads from)."""
+    agent = await load_agent(spec, store)
+    if isinstance(agent, AgentDefinition):
+        return Kernel(durability=store).compile(agent)
+    return agent if agent.durability is store else agent.with_durability(store)

@@ -27,6 +27,7 @@ from rich.table import Table
 
 from ..contracts.durability import DurabilityStore
 from ..contracts.errors import (
+    AgentCompilationError,
     CheckpointIncompatibleError,
     ConfigurationError,
     DurabilityError,
@@ -78,6 +79,9 @@ class ExitCode(IntEnum):
     STORE = 3
     WRITES_HELD = 4
     """``thread diagnose``: the thread goes on, but writes await reconciliation."""
+    DEFINITION = 5
+    """The agent definition is invalid (``AGENT_COMPILATION_FAILED``): fix the code, not the
+    command line or the store."""
 
 
 class CliError(Exception):
@@ -121,6 +125,8 @@ def exit_code_for(exc: KernelError) -> ExitCode:
         return ExitCode.USAGE
     if isinstance(exc, CheckpointIncompatibleError):
         return ExitCode.FINDINGS
+    if isinstance(exc, AgentCompilationError):
+        return ExitCode.DEFINITION
     if isinstance(exc, DurabilityError):
         return ExitCode.STORE
     return ExitCode.STORE

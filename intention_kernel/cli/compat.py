@@ -36,8 +36,8 @@ def check_compat(
     """Exit 1 when the agent would refuse any stored checkpoint (a deploy gate)."""
 
     async def body() -> dict[str, Any]:
-        compat = load_compatibility(agent, compatible_with or ())
         async with open_store(store) as opened:
+            compat = await load_compatibility(agent, opened, compatible_with or ())
             inspect = inspector(opened)
             total = (await inspect.store_status()).threads
             with Progress(console=err, transient=True, disable=as_json) as progress:

@@ -60,7 +60,11 @@ def diagnose(
                 inspector(opened),
                 thread_id,
                 checkpoint,
-                compat=(None if agent is None or checkpoint is None else load_compatibility(agent)),
+                compat=(
+                    None
+                    if agent is None or checkpoint is None
+                    else await load_compatibility(agent, opened)
+                ),
                 store_arg=store_argument(store),
             )
         return {

@@ -94,7 +94,11 @@ def receipts(
     prepared ones whose turn was interrupted)."""
 
     async def body() -> dict[str, Any]:
+        from .threads import require_thread  # threads imports this module
+
         async with open_store(store) as opened:
+            if thread is not None:
+                await require_thread(opened, thread)
             if history:
                 return {"reconciliations": await opened.reconciliations(thread_id=thread)}
             wanted = None if status is StatusChoice.all else ReceiptStatus(status.value)
@@ -124,6 +128,10 @@ def receipts(
     data = run(as_json, body)
 
     def human() -> None:
+        where = "" if thread is None else f" on thread {thread}"
+        if history and not data["reconciliations"]:
+            out.print(f"no reconciliations{where}", markup=False)
+            return
         if history:
             print_table(
                 ("recorded", "thread", "key", "outcome", "actor", "note"),
@@ -140,6 +148,10 @@ def receipts(
                 ],
                 ids=("thread", "key"),
             )
+            return
+        if not data["receipts"]:
+            kind = "" if status is StatusChoice.all else f" {status.value}"
+            out.print(f"no{kind} receipts{where}", markup=False)
             return
         print_table(
             ("age", "thread", "capability", "key", "turn", "status"),

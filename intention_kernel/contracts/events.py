@@ -15,8 +15,19 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from .codec import StoredJsonObject
+from .errors import InvalidInputError
 
-__all__ = ["TRACEPARENT_PATTERN", "EventCategory", "KernelEvent", "StoredEvent"]
+__all__ = [
+    "MAX_EVENT_TYPE_LENGTH",
+    "TRACEPARENT_PATTERN",
+    "EventCategory",
+    "KernelEvent",
+    "StoredEvent",
+    "check_event_type",
+]
+
+MAX_EVENT_TYPE_LENGTH = 200
+"""The longest event ``type`` (consumers route on it: a subject, a stream field, a header)."""
 
 TRACEPARENT_PATTERN = r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$"
 """A W3C Trace Context ``traceparent`` (version, trace id, parent id, flags)."""
@@ -95,3 +106,21 @@ class StoredEvent(BaseModel):
     """Why the stored event cannot be read back (``None``: it can). Then ``event`` is a
     placeholder built from the row (type ``ik.unreadable``, empty data); a relay never gets it:
     the store dead-letters it on claim, holding back its own thread only."""
+
+
+def check_event_type(value: object) -> str:
+    """``value`` if it is an event type: text, not blank, at most ``MAX_EVENT_TYPE_LENGTH``
+    characters. Consumers route on the type, so an event without one could reach no one;
+    refused (``InvalidInputError``, ``context["field"] == "type"``) where events are made."""
+    if not isinstance(value, str):
+        reason = "not_a_string"
+    elif not value.strip():
+        reason = "blank"
+    elif len(value) > MAX_EVENT_TYPE_LENGTH:
+        reason = "too_long"
+    else:
+        return value
+    raise InvalidInputError(
+        f"an event type must be non-blank text of at most {MAX_EVENT_TYPE_LENGTH} characters",
+        context={"field": "type", "reason": reason},
+    )

@@ -9,7 +9,7 @@ from typing import Any
 from ..contracts import codec
 from ..contracts.codec import DEFAULT_LIMITS, JsonLimits
 from ..contracts.errors import ErrorCode, InvalidInputError, SerializationError, TurnConflictError
-from ..contracts.events import KernelEvent
+from ..contracts.events import KernelEvent, check_event_type
 from ..contracts.ids import validate_id
 from ..contracts.turns import DurableTurnResult
 
@@ -103,8 +103,8 @@ def check_result(
 def check_outbox(
     events: Sequence[Any], *, thread_id: str, turn_id: str, limits: JsonLimits = DEFAULT_LIMITS
 ) -> list[KernelEvent]:
-    """Outbox events must belong to this turn, have valid and unique ids, unique sequences
-    that increase in list order (the order they are delivered in), and JSON data.
+    """Outbox events must belong to this turn, have valid and unique ids, a type, unique
+    sequences that increase in list order (the order they are delivered in), and JSON data.
 
     Checked before any write, so every store refuses the same events with the same error.
     """
@@ -117,6 +117,7 @@ def check_outbox(
                 "outbox entries must be KernelEvent", context={"type": type(event).__name__}
             )
         event_id = validate_id(event.id, "event_id")
+        check_event_type(event.type)
         if event.thread_id != thread_id or event.turn_id != turn_id:
             raise InvalidInputError(
                 "an outbox event belongs to another thread or turn",

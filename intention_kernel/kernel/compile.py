@@ -29,7 +29,7 @@ from .routing import MODEL_KEYS, TASKS, ModelRoute, is_gateway
 from .states import ConfirmationMode, EffectKind, ModelVisibility
 from .visibility import FactType
 
-__all__ = ["check_agent", "compile_manifest"]
+__all__ = ["check_agent", "compile_manifest", "describe_problem"]
 
 # Semantic versioning 2.0.0 (the official pattern).
 _SEMVER = re.compile(
@@ -286,6 +286,12 @@ def check_agent(
     return problems.items
 
 
+def describe_problem(problem: Mapping[str, str]) -> str:
+    """``where: message (code)``, e.g. ``capability 'orders.lookup': description must be
+    non-blank text (empty_description)``: what a person reads to fix the definition."""
+    return f"{problem['where']}: {problem['message']} ({problem['code']})"
+
+
 def compile_manifest(
     agent: AgentDefinition, *, routes: Mapping[str, ModelRoute | None] | None = None
 ) -> tuple[dict[str, Any], str]:
@@ -293,8 +299,9 @@ def compile_manifest(
     manifest and fingerprint."""
     problems = check_agent(agent, routes=routes)
     if problems:
+        listed = "; ".join(describe_problem(p) for p in problems)
         raise AgentCompilationError(
-            f"the agent definition has {len(problems)} problem(s)",
+            f"the agent definition has {len(problems)} problem(s): {listed}",
             context={"problems": problems},
         )
     manifest = build_manifest(agent)

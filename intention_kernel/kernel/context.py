@@ -23,6 +23,7 @@ from ..contracts.errors import (
     EffectNotAppliedError,
     EffectUncertainError,
     ErrorCode,
+    InvalidIdError,
     InvalidInputError,
     UsageError,
 )
@@ -217,10 +218,16 @@ class CapabilityContext:
                 context={"capability_id": self.capability_id},
             )
         if not isinstance(key, str) or not key.strip():
-            raise UsageError(
+            # The class of every other malformed key (too long, control characters), which
+            # EffectIdentity refuses below: one code, one class.
+            raise InvalidIdError(
                 "an effect key must be non-blank text",
                 code=ErrorCode.INVALID_IDEMPOTENCY_KEY,
-                context={"capability_id": self.capability_id},
+                context={
+                    "field": "idempotency_key",
+                    "reason": "blank" if isinstance(key, str) else "not_a_string",
+                    "capability_id": self.capability_id,
+                },
             )
         if self.approval is None and (
             self._confirmation != ConfirmationMode.CAPABILITY

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import JsonValue
 
 from ..contracts.errors import ConfigurationError, InvalidInputError
-from ..contracts.events import EventCategory, KernelEvent
+from ..contracts.events import EventCategory, KernelEvent, check_event_type
 
 __all__ = ["EventRecorder", "Redactor", "build_event"]
 
@@ -117,15 +117,9 @@ class EventRecorder:
     ) -> KernelEvent:
         """Record one event (sequence assigned here, in emission order) and return it."""
         sequence = len(self._events)
-        if (
-            not isinstance(type, str)
-            or not type
-            or (data is not None and not isinstance(data, dict))
-        ):
-            raise InvalidInputError(
-                "an event needs a non-empty type and a dict of data",
-                context={"field": "event"},
-            )
+        check_event_type(type)
+        if data is not None and not isinstance(data, dict):
+            raise InvalidInputError("an event's data must be a dict", context={"field": "data"})
         event = build_event(
             {
                 "id": f"evt_{self.trace_id}.{sequence}",

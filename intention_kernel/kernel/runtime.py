@@ -100,6 +100,20 @@ class CompiledAgent:
         """The store the agent's turns commit to (the HTTP service reads threads from it)."""
         return self._durability
 
+    def with_durability(self, durability: Durability) -> CompiledAgent:
+        """The same agent (definition, model routes, ports, compatibility, sinks) committing its
+        turns to ``durability``: ``intention-kernel serve`` runs a module's compiled agent on
+        the store the service opened and reads."""
+        return CompiledAgent(
+            self._runtime,
+            manifest=self.manifest,
+            compatibility=self._compat,
+            durability=durability,
+            redact=self._redact,
+            sinks=self._sinks,
+            telemetry=self._telemetry,
+        )
+
     @property
     def id(self) -> str:
         return self._runtime.definition.id

@@ -62,3 +62,35 @@ def test_gate_fails_for_a_changed_agent(store: str) -> None:
 def test_bad_agent_spec(store: str, agent: str, code: str) -> None:
     result = cli("check-compat", "--agent", agent, "--store", store)
     assert result.exit_code == 2 and f"[{code}]" in result.stderr
+
+
+def test_every_form_of_agent_passes_the_gate(store: str) -> None:
+    """A definition, a compiled agent, a factory of no arguments and a factory of the opened
+    store (what ``serve`` needs), sync or async: one ``module:attribute`` for every command."""
+    for spec in (
+        "tests.cli.agents:current",
+        "tests.cli.agents:factory",
+        "tests.cli.agents:store_factory",
+        "tests.cli.agents:async_store_factory",
+        "intention_kernel.examples.travel_desk:compile_desk",
+    ):
+        result = cli("check-compat", "--agent", spec, "--store", store, "--json")
+        if spec.startswith("intention_kernel"):  # another agent: every checkpoint refused
+            assert result.exit_code == 1, (spec, result.stderr)
+            continue
+        assert result.exit_code == 0, (spec, result.stderr)
+        diagnosed = cli("thread", "diagnose", "thread-0", "--agent", spec, "--store", store)
+        assert diagnosed.exit_code == 0, (spec, diagnosed.stdout, diagnosed.stderr)
+
+
+@pytest.mark.parametrize("spec", ["tests.cli.agents:invalid", "tests.cli.agents:invalid_factory"])
+def test_an_invalid_definition_names_each_problem_and_exits_5(store: str, spec: str) -> None:
+    result = cli("check-compat", "--agent", spec, "--store", store)
+    assert result.exit_code == 5, result.stderr
+    assert "[AGENT_COMPILATION_FAILED] the agent definition has 2 problem(s):" in result.stderr
+    assert "capability 'bad.description': description must be non-blank text" in result.stderr
+    assert "(empty_description)" in result.stderr and "(invalid_version)" in result.stderr
+    assert "capability 'bad.version'" in result.stderr and "Traceback" not in result.stderr
+    data = cli_json("check-compat", "--agent", spec, "--store", store, code=4)
+    problems = data["error"]["context"]["problems"]
+    assert {p["code"] for p in problems} == {"empty_description", "invalid_version"}

@@ -194,3 +194,19 @@ def test_correcting_an_unreconciled_receipt_is_refused(seeded: Seeded) -> None:
     result = _reconcile(seeded, "--not-applied", "--correct", "--yes")
     assert result.exit_code == 2 and "[RECEIPT_NOT_RECONCILED]" in result.stderr
     assert _status(seeded) == ["uncertain"]
+
+
+def test_receipts_says_when_there_are_none(seeded: Seeded) -> None:
+    """An unknown --thread is THREAD_NOT_FOUND (exit 2), as for events and turns; a known
+    thread or store without such receipts says so (exit 0) instead of printing nothing."""
+    for args in ([], ["--history"], ["--status", "all"]):
+        unknown = cli("receipts", "--store", seeded.store, "--thread", "nope", *args)
+        assert unknown.exit_code == 2 and "[THREAD_NOT_FOUND]" in unknown.stderr, args
+        assert unknown.stdout == ""
+    none = cli("receipts", "--store", seeded.store, "--thread", "t-ok")
+    assert none.exit_code == 0 and none.stdout.strip() == "no uncertain receipts on thread t-ok"
+    assert cli_json("receipts", "--store", seeded.store, "--thread", "t-ok")["receipts"] == []
+    history = cli("receipts", "--store", seeded.store, "--history")
+    assert history.exit_code == 0 and history.stdout.strip() == "no reconciliations"
+    failed = cli("receipts", "--store", seeded.store, "--status", "failed")
+    assert failed.exit_code == 0 and failed.stdout.strip() == "no failed receipts"

@@ -102,3 +102,44 @@ def test_other_errors_are_not_retried() -> None:
         asyncio.run(retrying(broken, base_delay=0.0001))
     assert calls == 1  # a lost connection may hide a commit: the caller decides
     assert caught.value.code == ErrorCode.STORE_UNAVAILABLE
+
+
+async def test_a_fresh_database_says_how_to_create_the_schema() -> None:
+    """A worker opening a schema nobody created is told what to run, as someone without a
+    store object can: the migrate command or the open option; doing so then works."""
+    import subprocess
+    import sys
+
+    from intention_kernel.contracts.errors import StoreSchemaError
+    from intention_kernel.durability import open_durability
+    from intention_kernel.durability.postgres import PostgresDurability
+    from intention_kernel.testing.postgres import drop_schema, require_postgres, scratch_schema
+
+    dsn = await asyncio.to_thread(require_postgres)
+    schema = scratch_schema("ik_fresh")
+    url = f"{dsn}?schema={schema}"
+    try:
+        for opening in (
+            lambda: PostgresDurability.open(dsn, schema=schema),
+            lambda: open_durability(url),
+        ):
+            with pytest.raises(StoreSchemaError) as caught:
+                await opening()
+            message = caught.value.message
+            assert caught.value.code is ErrorCode.STORE_SCHEMA_MISSING
+            assert "intention-kernel migrate --store URL" in message
+            assert f"?schema={schema}" in message and "setup=True" in message
+            assert "setup()" not in message
+        done = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-m", "intention_kernel.cli", "migrate", "--store", url],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        store = await open_durability(url)
+        await store.close()
+    finally:
+        await drop_schema(dsn, schema)

@@ -46,7 +46,7 @@ def test_serve_refuses_to_start_without_tokens(tmp_path: Path) -> None:
     assert done.returncode == 2 and "UNAUTHENTICATED_SERVICE" in done.stderr
     tokens = tmp_path / "tokens"
     tokens.write_text(f"alice {hash_token('alice-token-0001')}\n")
-    wrong = "intention_kernel.examples.travel_desk:build_agent"
+    wrong = "intention_kernel.examples.travel_desk:FakeHotelProvider"
     done = _cli(
         "serve", "--agent", wrong, "--store", str(store), "--tokens", str(tokens), "--port", "1"
     )

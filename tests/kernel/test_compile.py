@@ -182,3 +182,35 @@ def test_request_fingerprint_equals_the_codec_fingerprint() -> None:
     for text, selection in cases:
         expected = fingerprint({"text": text, "selection": selection})
         assert request_fingerprint(text, selection) == expected
+
+
+def test_the_message_names_every_problem() -> None:
+    """What a person reads (a log line, the CLI's error) says where, what and which code."""
+    agent = support_agent(
+        [_cap(id="bad.description", description=""), _cap(id="bad.version", version="1.0")]
+    )
+    with pytest.raises(AgentCompilationError) as info:
+        _kernel().compile(agent)
+    message = info.value.message
+    assert message.startswith("the agent definition has 2 problem(s): ")
+    assert "capability 'bad.description': description must be non-blank text" in message
+    assert "(empty_description)" in message
+    assert "capability 'bad.version': version must be semantic (e.g. 1.0.0)" in message
+    assert "(invalid_version)" in message
+    assert str(info.value).startswith("[AGENT_COMPILATION_FAILED] the agent definition has 2")
+
+
+async def test_with_durability_commits_to_the_other_store() -> None:
+    first, second = MemoryDurability(), MemoryDurability()
+    compiled = Kernel(durability=first, model=ScriptedModelGateway()).compile(support_agent())
+    moved = compiled.with_durability(second)
+    assert moved.durability is second and compiled.durability is first
+    assert moved.fingerprint == compiled.fingerprint
+    assert moved.compatibility == compiled.compatibility
+    gateway = ScriptedModelGateway(
+        {"interpret": {"intentions": []}, "compose": {"text": "Hello.", "citations": []}}
+    )
+    moved = Kernel(durability=first, model=gateway).compile(support_agent()).with_durability(second)
+    await moved.run(thread_id="t1", turn_id="turn-1", text="hello")
+    assert await second.load_checkpoint("t1") is not None
+    assert await first.load_checkpoint("t1") is None

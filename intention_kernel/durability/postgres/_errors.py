@@ -31,7 +31,15 @@ from ...contracts.errors import (
 )
 from ..factory import redact
 
-__all__ = ["MAX_ATTEMPTS", "TIMED_OUT", "bounded", "map_error", "retrying", "translated"]
+__all__ = [
+    "MAX_ATTEMPTS",
+    "TIMED_OUT",
+    "bounded",
+    "create_schema_hint",
+    "map_error",
+    "retrying",
+    "translated",
+]
 
 T = TypeVar("T")
 
@@ -77,6 +85,18 @@ def _refused(exc: BaseException, state: str) -> ConfigurationError:
     )
 
 
+def create_schema_hint(schema: str | None = None) -> str:
+    """What to run when the schema is missing or behind, for a caller with or without a store
+    object: the ``migrate`` command (with the schema, when it is not the default) or the open
+    option that applies the migrations."""
+    query = "" if schema in (None, "intention_kernel") else f", with ?schema={schema}"
+    return (
+        "create or upgrade it: run intention-kernel migrate --store URL (the store's"
+        f" postgresql:// URL{query}), or open the store with setup=True"
+        " (PostgresDurability.open(url, setup=True) or open_durability(url, setup=True))"
+    )
+
+
 def map_error(exc: BaseException) -> KernelError | None:
     """The typed error for a driver/network exception, or ``None`` if it is not one."""
     if isinstance(exc, KernelError):
@@ -92,7 +112,7 @@ def map_error(exc: BaseException) -> KernelError | None:
             return _refused(exc, state)
         if state in _SCHEMA_STATES:
             return StoreSchemaError(
-                "the store schema is missing: run setup() (migrate) first",
+                f"the store schema is missing: {create_schema_hint()}",
                 code=ErrorCode.STORE_SCHEMA_MISSING,
                 context={"sqlstate": state},
             )

@@ -13,7 +13,7 @@ import zlib
 from typing import Any
 
 from ...contracts.errors import ConfigurationError, ErrorCode, StoreSchemaError
-from ._errors import translated
+from ._errors import create_schema_hint, translated
 
 __all__ = ["DEFAULT_SCHEMA", "MIGRATIONS", "check_schema_name", "migrate", "verify"]
 
@@ -195,7 +195,8 @@ async def verify(conn: Any, schema: str) -> int:
     _refuse_newer(current, schema)
     if current < len(MIGRATIONS):
         raise StoreSchemaError(
-            "the store schema is missing or behind: run setup() (migrate) first",
+            f"the store schema {schema} is at version {current} and this version needs"
+            f" {len(MIGRATIONS)}: {create_schema_hint(schema)}",
             code=ErrorCode.STORE_SCHEMA_MISSING,
             context={"schema": schema, "found": current, "expected": len(MIGRATIONS)},
         )

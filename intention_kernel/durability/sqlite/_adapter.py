@@ -234,9 +234,15 @@ class SQLiteDurability(SQLiteOutboxSource, SQLiteInspection, DurabilityEngine[_L
         ``migrate=False`` refuses a schema that is not current instead."""
         if not migrate:
             self._db.migrate = False
-        else:
-            self._locks.ensure_directory()
-        await self._db.read(lambda conn: None, what="open")
+            await self._db.read(lambda conn: None, what="open")
+            return
+        created = self._locks.ensure_directory()
+        try:
+            await self._db.read(lambda conn: None, what="open")
+        except BaseException:
+            if created:  # not a database (or unreadable): leave the directory as it was
+                self._locks.remove_directory()
+            raise
 
     @property
     def commits(self) -> int:

@@ -25,6 +25,7 @@ Modes: a new lock directory is 0700 and lock files take the directory's read and
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import hashlib
 import os
@@ -55,13 +56,29 @@ class LockFiles:
         self._idle: dict[str, int] = {}
         self._pid = os.getpid()
 
-    def ensure_directory(self) -> None:
+    def ensure_directory(self) -> bool:
+        """Create the directory if need be; ``True`` when this call created it."""
+        created = False
         if not self._ready:
             require_directory(self.directory)
             with translate_errors(what="lock directory"):
-                self.directory.mkdir(mode=0o700, exist_ok=True)
+                try:
+                    self.directory.mkdir(mode=0o700)
+                    created = True
+                except FileExistsError:
+                    if not self.directory.is_dir():
+                        raise
                 self._file_mode = self.directory.stat().st_mode & 0o666
             self._ready = True
+        return created
+
+    def remove_directory(self) -> None:
+        """Remove the directory ``ensure_directory`` just created, if it is still empty
+        (the store it was for could not be opened)."""
+        self.close()
+        self._ready = False
+        with contextlib.suppress(OSError):  # another process uses it already
+            self.directory.rmdir()
 
     def _open(self, path: Path) -> int:
         """The lock file's descriptor; a new file gets the directory's mode, whatever the

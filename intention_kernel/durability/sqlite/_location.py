@@ -69,7 +69,8 @@ def parse_location(location: str | os.PathLike[str]) -> Path:
     """A filesystem path from a path or a ``sqlite:///`` URL.
 
     URLs follow the usual Python convention: ``sqlite:///app.db`` is relative to the working
-    directory and ``sqlite:////var/lib/app.db`` is absolute.
+    directory and ``sqlite:////var/lib/app.db`` is absolute. Symlinks are resolved: every
+    name of one file gives one path (and so one lock directory).
     """
     if isinstance(location, os.PathLike):
         location = os.fspath(location)
@@ -93,7 +94,9 @@ def parse_location(location: str | os.PathLike[str]) -> Path:
             "an in-memory SQLite database cannot be shared; give a file path",
             context={"setting": "url"},
         )
-    return Path(path).expanduser().absolute()
+    # The real path: a database reached through a symlink or by another name must get the
+    # same lock directory, or two holders would lock two files for one thread.
+    return Path(os.path.realpath(Path(path).expanduser()))
 
 
 def _unescape(field: str) -> str:

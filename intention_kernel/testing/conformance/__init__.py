@@ -7,6 +7,10 @@ Any adapter - ours or yours - runs it by subclassing ``DurabilityConformance`` a
     from intention_kernel.testing.conformance import ConformanceHarness, DurabilityConformance
 
     class MyHarness(ConformanceHarness):
+        def __init__(self, directory):
+            super().__init__()
+            self.path = directory / "store.db"
+
         async def _open(self, *, lock_timeout):
             return MyDurability(self.path, lock_timeout=lock_timeout)
 

@@ -7,6 +7,10 @@ fixture::
     from intention_kernel.testing.conformance.outbox import OutboxHarness, OutboxSourceConformance
 
     class MyOutboxHarness(OutboxHarness):
+        def __init__(self, directory):
+            super().__init__()
+            self.path = directory / "outbox.db"
+
         async def _open(self):
             return MyDurability(self.path)  # a DurabilityStore that is also an OutboxSource
 
