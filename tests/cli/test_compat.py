@@ -91,6 +91,6 @@ def test_an_invalid_definition_names_each_problem_and_exits_5(store: str, spec: 
     assert "capability 'bad.description': description must be non-blank text" in result.stderr
     assert "(empty_description)" in result.stderr and "(invalid_version)" in result.stderr
     assert "capability 'bad.version'" in result.stderr and "Traceback" not in result.stderr
-    data = cli_json("check-compat", "--agent", spec, "--store", store, code=4)
+    data = cli_json("check-compat", "--agent", spec, "--store", store, code=5)
     problems = data["error"]["context"]["problems"]
     assert {p["code"] for p in problems} == {"empty_description", "invalid_version"}
