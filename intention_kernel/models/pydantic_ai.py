@@ -47,7 +47,7 @@ _FINISH = {"stop": "stop", "tool_call": "stop", "length": "length"}
 
 
 def build_model(model: str, *, http_client: Any = None) -> Model:
-    """A Pydantic AI model from its own model string (``google:gemini-2.5-flash``); a missing
+    """A Pydantic AI model from its own model string (``google:gemini-3.5-flash-lite``); a missing
     SDK or key is a ``ConfigurationError`` with Pydantic AI's instructions. ``http_client``
     (an ``httpx2.AsyncClient``) is handed to the provider."""
     try:

@@ -102,7 +102,7 @@ def _installed(module: str) -> bool:
 
 def resolve_model(model: str, *, http_client: Any = None, **options: Any) -> ModelGateway:
     """The gateway for a model string ``provider:model`` (``openai:gpt-4.1-mini``,
-    ``anthropic:claude-sonnet-4-5``, ``google-gla:gemini-2.5-flash``, ``ollama:llama3.2``...).
+    ``anthropic:claude-sonnet-4-5``, ``google-gla:gemini-3.5-flash-lite``, ``ollama:llama3.2``...).
 
     Keys come from the providers' usual environment variables (``PROVIDERS`` lists them);
     ``options`` go to the gateway (``retry``, ``max_tokens``, ``temperature``...), and

@@ -176,7 +176,7 @@ def gemini_body(
     parts: list[dict[str, Any]],
     *,
     finish: str = "STOP",
-    model: str = "gemini-2.5-flash",
+    model: str = "gemini-3.5-flash-lite",
     usage: tuple[int, int] = (80, 20),
 ) -> httpx2.Response:
     return httpx2.Response(

@@ -28,12 +28,12 @@ from .fakes import (
 COMPOSE = Composition.model_json_schema()
 INTERPRET = Interpretation.model_json_schema()
 KEY = "AIzaSyTest0123456789abcdef"
-URL = "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:generateContent"
+URL = "https://generativelanguage.googleapis.com/v1beta/models/gemini-3.5-flash-lite:generateContent"
 
 
 def gateway(server: FakeServer, clock: Clock | None = None, **kw: Any) -> PydanticAIGateway:
     model = GoogleModel(
-        "gemini-2.5-flash", provider=GoogleProvider(api_key=KEY, http_client=server.client())
+        "gemini-3.5-flash-lite", provider=GoogleProvider(api_key=KEY, http_client=server.client())
     )
     return PydanticAIGateway(model, retry=policy(clock or Clock()), key_hint="GOOGLE_API_KEY", **kw)
 
@@ -70,7 +70,7 @@ async def test_the_answer_is_a_forced_output_function_call() -> None:
     assert response.output == {"text": "Hi!", "citations": ["ev-1"]}
     assert (response.provider, response.model, response.finish_reason) == (
         "google",
-        "gemini-2.5-flash",
+        "gemini-3.5-flash-lite",
         "stop",
     )
     assert response.usage == {"input_tokens": 80, "output_tokens": 20}

@@ -39,13 +39,13 @@ VALUE = {"text": "Breakfast is included.", "citations": ["ev-1"]}
 LENGTH = "MAX_TOKENS"
 URL = (
     "https://generativelanguage.googleapis.com/v1beta/models/"
-    "gemini-2.5-flash:streamGenerateContent?alt=sse"
+    "gemini-3.5-flash-lite:streamGenerateContent?alt=sse"
 )
 
 
 def gateway(server: FakeServer, clock: Clock | None = None, **kw: Any) -> PydanticAIGateway:
     model = GoogleModel(
-        "gemini-2.5-flash", provider=GoogleProvider(api_key=KEY, http_client=server.client())
+        "gemini-3.5-flash-lite", provider=GoogleProvider(api_key=KEY, http_client=server.client())
     )
     return PydanticAIGateway(model, retry=policy(clock or Clock()), key_hint="GOOGLE_API_KEY", **kw)
 
@@ -68,7 +68,7 @@ def chunk(
         candidate["finishReason"] = finish
     answer: dict[str, Any] = {
         "candidates": [candidate],
-        "modelVersion": "gemini-2.5-flash",
+        "modelVersion": "gemini-3.5-flash-lite",
         "responseId": "resp-1",
     }
     if usage is not None:
@@ -111,7 +111,7 @@ async def test_a_function_call_answer_is_one_delta_of_its_arguments() -> None:
     assert final.usage == {"input_tokens": 80, "output_tokens": 20}
     assert (final.provider, final.model, final.finish_reason) == (
         "google",
-        "gemini-2.5-flash",
+        "gemini-3.5-flash-lite",
         "stop",
     )
 

@@ -43,7 +43,7 @@ def test_with_no_key_set_the_error_names_the_variable() -> None:
     ("model", "variables"),
     [
         ("anthropic:claude-sonnet-4-5", "ANTHROPIC_API_KEY or ANTHROPIC_AUTH_TOKEN"),
-        ("google-gla:gemini-2.5-flash", "GOOGLE_API_KEY or GEMINI_API_KEY"),
+        ("google-gla:gemini-3.5-flash-lite", "GOOGLE_API_KEY or GEMINI_API_KEY"),
     ],
 )
 def test_every_provider_names_its_own_variables(model: str, variables: str) -> None:
@@ -93,8 +93,8 @@ def test_a_provider_sdk_pydantic_ai_needs_is_named(monkeypatch: pytest.MonkeyPat
     [
         ("openai:gpt-4.1-mini", "OPENAI_API_KEY", OpenAIGateway),
         ("anthropic:claude-sonnet-4-5", "ANTHROPIC_API_KEY", AnthropicGateway),
-        ("google-gla:gemini-2.5-flash", "GEMINI_API_KEY", PydanticAIGateway),
-        ("google:gemini-2.5-flash", "GOOGLE_API_KEY", PydanticAIGateway),
+        ("google-gla:gemini-3.5-flash-lite", "GEMINI_API_KEY", PydanticAIGateway),
+        ("google:gemini-3.5-flash-lite", "GOOGLE_API_KEY", PydanticAIGateway),
     ],
 )
 def test_each_known_string_resolves_to_its_gateway(
@@ -140,7 +140,7 @@ def test_importing_the_package_imports_no_sdk() -> None:
 
 def test_a_pydantic_ai_model_string_without_its_key_is_refused() -> None:
     with pytest.raises(ConfigurationError, match="GOOGLE_API_KEY"):
-        PydanticAIGateway("google:gemini-2.5-flash")
+        PydanticAIGateway("google:gemini-3.5-flash-lite")
     with pytest.raises(ConfigurationError, match="Unknown model"):
         PydanticAIGateway("nosuch:model")
 

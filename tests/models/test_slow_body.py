@@ -45,7 +45,7 @@ def anthropic(url: str) -> ModelGateway:
 
 def pydantic_ai(url: str) -> ModelGateway:
     provider = GoogleProvider(api_key="AIzaSyTest0123456789abcdef", base_url=url)
-    return PydanticAIGateway(GoogleModel("gemini-2.5-flash", provider=provider), retry=POLICY)
+    return PydanticAIGateway(GoogleModel("gemini-3.5-flash-lite", provider=provider), retry=POLICY)
 
 
 CASES: dict[str, tuple[Callable[[str], ModelGateway], bytes]] = {

@@ -83,7 +83,7 @@ def anthropic_gateway(client: httpx2.AsyncClient) -> ModelGateway:
 
 def gemini_gateway(client: httpx2.AsyncClient) -> ModelGateway:
     provider = GoogleProvider(api_key="AIza-test", http_client=client)
-    return PydanticAIGateway(GoogleModel("gemini-2.5-flash", provider=provider))
+    return PydanticAIGateway(GoogleModel("gemini-3.5-flash-lite", provider=provider))
 
 
 Setup = tuple[Callable[[httpx2.Request], httpx2.Response], Callable[[httpx2.AsyncClient], Any]]

@@ -124,7 +124,7 @@ async def test_pydantic_ai_providers_have_the_conventions_names(
 ) -> None:
     server = FakeServer(gemini_desk)
     provider = GoogleProvider(api_key="AIza-test-0123456789", http_client=server.client())
-    gateway = PydanticAIGateway(GoogleModel("gemini-2.5-flash", provider=provider))
+    gateway = PydanticAIGateway(GoogleModel("gemini-3.5-flash-lite", provider=provider))
     agent = desk_on(store, gateway, traced, measured)
     found = await agent.run(
         thread_id="t1",
