@@ -12,7 +12,7 @@ from pydantic_ai.providers.google import GoogleProvider
 
 from intention_kernel.contracts.errors import ModelGatewayError
 from intention_kernel.contracts.gateway import ModelRefusal, ModelRequest
-from intention_kernel.kernel.pipeline.state import Composition, Interpretation
+from intention_kernel.kernel._pipeline.state import Composition, Interpretation
 from intention_kernel.models import PydanticAIGateway
 
 from .fakes import (

@@ -24,14 +24,14 @@ from ...contracts.errors import (
     ConfigurationError,
 )
 from ...kernel import CompiledAgent
-from ..auth import Authenticator, Authorizer, BearerTokens, allow_any
+from .._auth import Authenticator, Authorizer, BearerTokens, allow_any
 from ._deploy import deploy, run_deploy
 from ._inspector import DEFAULT_PAGE_SIZE, INSPECTOR_STATE, Inspector, ProviderKey
 from ._login import _verifier, home, login, login_page, logout
 from ._receipts import confirm, queue, receipt_page, reconcile
 from ._security import _page
+from ._session import SessionCodec, SessionStore
 from ._threads import old_thread_path, thread, threads
-from .session import SessionCodec, SessionStore
 
 logger = logging.getLogger("intention_kernel.http.inspector")
 

@@ -12,7 +12,7 @@ from starlette.responses import Response
 
 from ...operations import compat_report
 from ._inspector import Inspector, InspectorProblem
-from .session import Session
+from ._session import Session
 
 logger = logging.getLogger("intention_kernel.http.inspector")
 

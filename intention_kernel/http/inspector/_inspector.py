@@ -23,8 +23,8 @@ from ...contracts.inspect import StoreInspector
 from ...contracts.receipts import EffectReceipt, ReceiptStatus
 from ...kernel import Compatibility
 from ...operations import age
-from ..auth import Authorizer, Principal, resolve
-from .session import Recheck, Session, SessionCodec, SessionStore
+from .._auth import Authorizer, Principal, resolve
+from ._session import Recheck, Session, SessionCodec, SessionStore
 
 logger = logging.getLogger("intention_kernel.http.inspector")
 

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from ..auth import Authenticator, BearerTokens, Principal, resolve
+from .._auth import Authenticator, BearerTokens, Principal, resolve
 from ._inspector import (
     INSPECTOR_STATE,
     LOGIN_COOKIE,
@@ -20,7 +20,7 @@ from ._inspector import (
     _base,
 )
 from ._security import _field, _form, _same_origin, _secure
-from .session import Recheck, Session, inspector_role
+from ._session import Recheck, Session, inspector_role
 
 
 def _next_target(request: Request, raw: str) -> str:

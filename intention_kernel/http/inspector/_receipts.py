@@ -25,7 +25,7 @@ from ...contracts.receipts import ReceiptStatus, ReconcileOutcome
 from ...operations import redact
 from ._inspector import _AWAITING, QUEUE_LIMIT, Inspector, InspectorProblem, _receipt_href
 from ._security import _field, _form
-from .session import Session
+from ._session import Session
 
 logger = logging.getLogger("intention_kernel.http.inspector")
 

@@ -19,7 +19,7 @@ from ...contracts.errors import (
 )
 from ...operations import redact
 from ._inspector import INSPECTOR_STATE, Inspector, InspectorProblem, _base
-from .session import Session
+from ._session import Session
 
 
 def _same_origin(request: Request) -> bool:

@@ -22,8 +22,8 @@ from ...contracts.inspect import StoreInspector, ThreadSummary
 from ...contracts.turns import DurableTurnResult
 from ...kernel import Response as TurnResponse
 from ...operations import diagnose_thread, redact
-from ...operations.history import turn_answer
-from ..turns import user_input
+from ...operations._history import turn_answer
+from .._turns import user_input
 from ._inspector import (
     _FILTERS,
     EVENTS_SHOWN,
@@ -34,7 +34,7 @@ from ._inspector import (
     _json,
     _thread_href,
 )
-from .session import Session
+from ._session import Session
 
 
 def _flag(request: Request, name: str) -> bool:
