@@ -20,9 +20,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ...contracts.durability import DurabilityStore
-from ...contracts.errors import (
-    ConfigurationError,
-)
+from ...contracts.errors import ConfigurationError
 from ...kernel import CompiledAgent
 from .._auth import Authenticator, Authorizer, BearerTokens, allow_any
 from ._deploy import deploy, run_deploy
@@ -33,10 +31,9 @@ from ._security import _page
 from ._session import SessionCodec, SessionStore
 from ._threads import old_thread_path, thread, threads
 
-logger = logging.getLogger("intention_kernel.http.inspector")
-
-
 __all__ = ["INSPECTOR_STATE", "ProviderKey", "create_inspector"]
+
+logger = logging.getLogger("intention_kernel.http.inspector")
 
 
 async def _not_found(request: Request, exc: Exception) -> Response:

@@ -17,9 +17,7 @@ from pydantic import JsonValue
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from ...contracts.errors import (
-    KernelError,
-)
+from ...contracts.errors import KernelError
 from ...contracts.ids import validate_idempotency_key, validate_thread_id
 from ...contracts.receipts import ReceiptStatus, ReconcileOutcome
 from ...operations import redact

@@ -1,5 +1,6 @@
 """Security and forms: the session every page sits behind, the CSRF token and same-origin
-check on every POST, the bounded form reader, and the refusal shown as a page.
+check on every POST, the bounded form reader; a refusal (``InspectorProblem``, a store's
+``KernelError``) is shown as the error page.
 
 Why here and apart: one wrapper (``_page``) guards every page the same way, as a starlette
 middleware would, so a page's handler only does its page's work.
@@ -14,9 +15,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from ...contracts.errors import (
-    KernelError,
-)
+from ...contracts.errors import KernelError
 from ...operations import redact
 from ._inspector import INSPECTOR_STATE, Inspector, InspectorProblem, _base
 from ._session import Session

@@ -14,9 +14,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from ...contracts.checkpoint import KernelCheckpoint
-from ...contracts.errors import (
-    CheckpointCorruptError,
-)
+from ...contracts.errors import CheckpointCorruptError
 from ...contracts.ids import validate_thread_id
 from ...contracts.inspect import StoreInspector, ThreadSummary
 from ...contracts.turns import DurableTurnResult
