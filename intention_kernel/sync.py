@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from .durability.factory import open_durability
-from .kernel.portal import Portal, SyncDurability, default_portal
+from .kernel._portal import Portal, SyncDurability, default_portal
 
 __all__ = ["Portal", "SyncDurability", "open_durability_sync"]
 

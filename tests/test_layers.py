@@ -268,7 +268,7 @@ def test_the_rules_see_relative_and_nested_imports() -> None:
         "def f():\n"
         "    import asyncpg\n"
     )
-    found = set(imports_of(source, "intention_kernel.cli.maintenance"))
+    found = set(imports_of(source, "intention_kernel.cli._maintenance"))
     assert "intention_kernel.durability.postgres._schema" in found
     assert "intention_kernel.durability.factory" in found
     assert "intention_kernel.durability" in found
@@ -278,3 +278,115 @@ def test_the_rules_see_relative_and_nested_imports() -> None:
     ]
     package = set(imports_of("from ._common import run", "intention_kernel.cli", is_package=True))
     assert "intention_kernel.cli._common" in package
+
+
+def _package_modules(*, skip: tuple[str, ...] = ()) -> Iterator[tuple[Path, str]]:
+    """Every module of the package (path, dotted name), except under the ``skip`` directories."""
+    for path in sorted((ROOT / "intention_kernel").rglob("*.py")):
+        relative = path.relative_to(ROOT)
+        if any(relative.is_relative_to(directory) for directory in skip):
+            continue
+        yield path, module_name(path)
+
+
+def _imports_in(path: Path, name: str) -> set[str]:
+    source = path.read_text(encoding="utf-8")
+    return set(imports_of(source, name, is_package=path.name == "__init__.py"))
+
+
+def _is_testing(module: str) -> bool:
+    return module == "intention_kernel.testing" or module.startswith("intention_kernel.testing.")
+
+
+def _is_crashpoints(module: str) -> bool:
+    """The crash-point module, public or private, wherever it lives in the package."""
+    parts = module.split(".")
+    return parts[0] == "intention_kernel" and any(
+        part in ("crashpoints", "_crashpoints") for part in parts[1:]
+    )
+
+
+TESTING_USERS = ("intention_kernel/examples",)
+"""Code outside ``testing/`` allowed to import it: the shipped example scripts its model with
+``ScriptedModelGateway`` (it is a runnable demo, not a component a host builds on)."""
+
+CRASH_POINT_SITES = {
+    "intention_kernel.durability.engine",
+    "intention_kernel.durability.memory._adapter",
+    "intention_kernel.durability.sqlite._adapter",
+    "intention_kernel.durability.postgres._adapter",
+    "intention_kernel.relay._relay",
+}
+"""The production modules that call ``crash_point`` (the store's commit and effect steps, each
+adapter's, the relay's delivery); ``testing/`` arms them. A new site is a deliberate change."""
+
+
+def test_production_code_never_imports_the_testing_package() -> None:
+    found = [
+        f"{path.relative_to(ROOT)} imports {imported}"
+        for path, name in _package_modules(skip=("intention_kernel/testing", *TESTING_USERS))
+        for imported in sorted(_imports_in(path, name))
+        if _is_testing(imported)
+    ]
+    assert not found, (
+        "production code must not depend on intention_kernel.testing (test machinery a host"
+        " installs only to test); move what it needs into the production layer: " + "; ".join(found)
+    )
+
+
+def test_crash_points_are_imported_only_by_their_sites_and_by_testing() -> None:
+    importers = {
+        name
+        for path, name in _package_modules(skip=("intention_kernel/testing",))
+        if not _is_crashpoints(name) and any(map(_is_crashpoints, _imports_in(path, name)))
+    }
+    unexpected = sorted(importers - CRASH_POINT_SITES)
+    assert not unexpected, (
+        f"{unexpected} import the crash points; only {sorted(CRASH_POINT_SITES)} and testing/"
+        " may (a crash point in new production code is added to CRASH_POINT_SITES deliberately)"
+    )
+    gone = sorted(CRASH_POINT_SITES - importers)
+    assert not gone, f"{gone} no longer call a crash point: drop them from CRASH_POINT_SITES"
+
+
+KERNEL_CLIENTS = ("intention_kernel/http", "intention_kernel/cli", "intention_kernel/operations")
+
+
+def test_http_cli_and_operations_import_the_kernel_package_not_its_files() -> None:
+    exports = _kernel_exports()
+    found = sorted(
+        {
+            f"{path.relative_to(ROOT)} imports intention_kernel.kernel.{first}"
+            for directory in KERNEL_CLIENTS
+            for path in sorted((ROOT / directory).rglob("*.py"))
+            for imported in _imports_in(path, module_name(path))
+            if imported.startswith("intention_kernel.kernel.")
+            and (first := imported.removeprefix("intention_kernel.kernel.").split(".")[0])
+            not in exports
+        }
+    )
+    assert not found, (
+        "HTTP, the command line and operator logic use the kernel through"
+        " intention_kernel.kernel (its __all__), so a kernel file can move without breaking"
+        " them: " + "; ".join(found)
+    )
+
+
+def _kernel_exports() -> set[str]:
+    tree = ast.parse((ROOT / "intention_kernel/kernel/__init__.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
+        ):
+            return set(ast.literal_eval(node.value))
+    return set()
+
+
+def test_the_new_rules_catch_what_they_name() -> None:
+    assert _is_testing("intention_kernel.testing.gateway")
+    assert not _is_testing("intention_kernel.testing_helpers")
+    assert _is_crashpoints("intention_kernel.crashpoints")
+    assert _is_crashpoints("intention_kernel.durability._crashpoints.crash_point")
+    assert not _is_crashpoints("intention_kernel.relay._relay")
+    found = set(imports_of("from ..crashpoints import crash_point", "intention_kernel.relay.x"))
+    assert any(map(_is_crashpoints, found))

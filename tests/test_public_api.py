@@ -12,6 +12,7 @@ import ast
 import importlib
 import importlib.util
 import inspect
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -109,7 +110,6 @@ KERNEL = [
     "Approval",
     "Capability",
     "CapabilityContext",
-    "CapabilityResult",
     "Compatibility",
     "CompiledAgent",
     "Completed",
@@ -138,7 +138,6 @@ KERNEL = [
     "Redactor",
     "Response",
     "StepError",
-    "StepEvents",
     "StepFinished",
     "StepStarted",
     "StepStatus",
@@ -149,13 +148,13 @@ KERNEL = [
     "TurnInfo",
     "TurnResult",
     "TurnUsage",
+    "admit_checkpoint",
     "allow",
-    "build_manifest",
+    "compile_manifest",
     "define_agent",
     "define_capability",
     "define_fact",
     "deny",
-    "manifest_fingerprint",
     "operation_digest",
     "provider_idempotency_key",
     "request_fingerprint",
@@ -231,12 +230,166 @@ HTTP = [
 ]
 """The HTTP service (the ``http`` extra: Starlette and uvicorn, installed with ``dev``)."""
 
+CLI = [
+    "main",
+]
+"""The command line (the ``cli`` extra); its commands live in private modules."""
+
+HTTP_INSPECTOR = [
+    "OPERATOR",
+    "VIEWER",
+    "ProviderKey",
+    "create_inspector",
+    "inspector_role",
+]
+"""The operator's web inspector (pages in private modules, one per page)."""
+
+OPERATIONS = [
+    "CompatReport",
+    "Diagnosis",
+    "Finding",
+    "RefusedThread",
+    "age",
+    "answer_line",
+    "compat_report",
+    "diagnose_thread",
+    "redact",
+    "turn_answer",
+    "turn_input",
+]
+"""Operator logic shared by the command line and the inspector."""
+
+RELAY = [
+    "SINK_SCHEMES",
+    "Backoff",
+    "BatchReport",
+    "EventSink",
+    "OutboxNotifier",
+    "OutboxRelay",
+    "OutboxSource",
+    "OutboxStats",
+    "OutcomeKind",
+    "PublishOutcome",
+    "RelayStats",
+    "open_sink",
+    "sign",
+    "verify_signature",
+]
+
+RELAY_SINKS = [
+    "SINK_SCHEMES",
+    "open_sink",
+]
+
+MODELS = [
+    "DIALECTS",
+    "PROVIDERS",
+    "TASK_GUIDES",
+    "AnthropicGateway",
+    "Dialect",
+    "Failure",
+    "ModelRefusal",
+    "OpenAIGateway",
+    "Provider",
+    "PydanticAIGateway",
+    "RetryPolicy",
+    "check_schema",
+    "resolve_model",
+    "strip_null_optionals",
+    "to_dialect",
+]
+
+DURABILITY = [
+    "DurabilityEngine",
+    "Lease",
+    "MemoryDurability",
+    "MemoryStore",
+    "OpenedTurn",
+    "Reconciliation",
+    "StoredTurn",
+    "TurnCommit",
+    "open_durability",
+]
+
+DURABILITY_MEMORY = [
+    "MemoryDurability",
+    "MemoryStore",
+]
+
+DURABILITY_SQLITE = [
+    "SQLiteDurability",
+    "read_schema_info",
+]
+
+DURABILITY_POSTGRES = [
+    "DEFAULT_SCHEMA",
+    "MIGRATIONS",
+    "LeaseSettings",
+    "PostgresDurability",
+    "admin_connection",
+    "check_schema_name",
+    "drop_schema",
+    "read_schema_info",
+]
+
+TESTING = [
+    "CrashPoint",
+    "EventCollector",
+    "MemoryDurability",
+    "MemoryStore",
+    "ScriptEntry",
+    "ScriptedModelGateway",
+    "SimulatedCrash",
+    "crash_hook",
+    "raise_at",
+]
+
+CONFORMANCE = [
+    "ConformanceHarness",
+    "DurabilityConformance",
+    "Provider",
+    "commit_simple",
+    "conformance_test",
+    "effect",
+    "make_events",
+    "make_result",
+]
+
+EXAMPLE = [
+    "HOTELS",
+    "FakeHotelProvider",
+    "build_agent",
+    "compile_desk",
+    "scripted_model",
+]
+"""The shipped example agent (``python -m intention_kernel.demo``)."""
+
 PACKAGES = [
     ("intention_kernel", TOP_LEVEL),
     ("intention_kernel.kernel", KERNEL),
     ("intention_kernel.contracts", CONTRACTS),
     ("intention_kernel.http", HTTP),
 ]
+PINNED = [
+    *PACKAGES,
+    ("intention_kernel.cli", CLI),
+    ("intention_kernel.http.inspector", HTTP_INSPECTOR),
+    ("intention_kernel.operations", OPERATIONS),
+    ("intention_kernel.relay", RELAY),
+    ("intention_kernel.relay.sinks", RELAY_SINKS),
+    ("intention_kernel.models", MODELS),
+    ("intention_kernel.durability", DURABILITY),
+    ("intention_kernel.durability.memory", DURABILITY_MEMORY),
+    ("intention_kernel.durability.sqlite", DURABILITY_SQLITE),
+    ("intention_kernel.durability.postgres", DURABILITY_POSTGRES),
+    ("intention_kernel.testing", TESTING),
+    ("intention_kernel.testing.conformance", CONFORMANCE),
+    ("intention_kernel.examples.travel_desk", EXAMPLE),
+]
+"""Every public package and its ``__all__`` (the first four are also checked for order and
+docstrings above)."""
+NO_ALL = {"intention_kernel.examples"}
+"""Public packages without ``__all__``: a namespace that only holds the example."""
 DOCUMENTED_ELSEWHERE = {"JsonValue": "pydantic"}
 """Names re-exported from a dependency, which documents them."""
 
@@ -337,3 +490,138 @@ def test_the_same_object_under_every_name() -> None:
         module = importlib.import_module(package)
         for name in set(expected) & set(TOP_LEVEL):
             assert getattr(top, name) is getattr(module, name), name
+
+
+PUBLIC_MODULES = [
+    "intention_kernel",
+    "intention_kernel.cli",
+    "intention_kernel.contracts",
+    "intention_kernel.contracts.checkpoint",
+    "intention_kernel.contracts.codec",
+    "intention_kernel.contracts.durability",
+    "intention_kernel.contracts.errors",
+    "intention_kernel.contracts.events",
+    "intention_kernel.contracts.gateway",
+    "intention_kernel.contracts.ids",
+    "intention_kernel.contracts.inspect",
+    "intention_kernel.contracts.outbox",
+    "intention_kernel.contracts.receipts",
+    "intention_kernel.contracts.sinks",
+    "intention_kernel.contracts.turns",
+    "intention_kernel.crashpoints",
+    "intention_kernel.demo",
+    "intention_kernel.durability",
+    "intention_kernel.durability.engine",
+    "intention_kernel.durability.factory",
+    "intention_kernel.durability.memory",
+    "intention_kernel.durability.postgres",
+    "intention_kernel.durability.rules",
+    "intention_kernel.durability.sqlite",
+    "intention_kernel.examples",
+    "intention_kernel.examples.travel_desk",
+    "intention_kernel.examples.travel_desk.agent",
+    "intention_kernel.examples.travel_desk.model",
+    "intention_kernel.examples.travel_desk.provider",
+    "intention_kernel.examples.travel_desk.service",
+    "intention_kernel.http",
+    "intention_kernel.http.inspector",
+    "intention_kernel.kernel",
+    "intention_kernel.kernel.approval",
+    "intention_kernel.kernel.consent",
+    "intention_kernel.kernel.streaming",
+    "intention_kernel.models",
+    "intention_kernel.models.anthropic",
+    "intention_kernel.models.openai",
+    "intention_kernel.models.pydantic_ai",
+    "intention_kernel.models.resolve",
+    "intention_kernel.models.retry",
+    "intention_kernel.models.schemas",
+    "intention_kernel.operations",
+    "intention_kernel.operations.compat_report",
+    "intention_kernel.operations.diagnosis",
+    "intention_kernel.relay",
+    "intention_kernel.relay.signing",
+    "intention_kernel.relay.sinks",
+    "intention_kernel.sync",
+    "intention_kernel.telemetry",
+    "intention_kernel.testing",
+    "intention_kernel.testing.campaign",
+    "intention_kernel.testing.conformance",
+    "intention_kernel.testing.conformance.cancellation",
+    "intention_kernel.testing.conformance.explorer",
+    "intention_kernel.testing.conformance.interrupted",
+    "intention_kernel.testing.conformance.misuse",
+    "intention_kernel.testing.conformance.outbox",
+    "intention_kernel.testing.conformance.poison",
+    "intention_kernel.testing.conformance.public_face",
+    "intention_kernel.testing.conformance.reconcile",
+    "intention_kernel.testing.conformance.rule1_serialize",
+    "intention_kernel.testing.conformance.rule2_checkpoint",
+    "intention_kernel.testing.conformance.rule3_replay",
+    "intention_kernel.testing.conformance.rule4_effects",
+    "intention_kernel.testing.conformance.rule5_commit",
+    "intention_kernel.testing.conformance.rule6_failed_operation",
+    "intention_kernel.testing.conformance.rule7_restart",
+    "intention_kernel.testing.conformance.stateful",
+    "intention_kernel.testing.conformance.thread_filters",
+    "intention_kernel.testing.events",
+    "intention_kernel.testing.gateway",
+    "intention_kernel.testing.planted",
+    "intention_kernel.testing.postgres",
+]
+"""Every module importable by a public path (no segment starts with ``_``). A module not listed
+here is private: it may be renamed, split or moved without notice. Adding one is an API
+change, made here deliberately."""
+
+
+def public_path_modules() -> list[str]:
+    """The dotted names of the package's modules whose every segment lacks a leading ``_``."""
+    root = Path(__file__).resolve().parent.parent
+    found = []
+    for path in sorted((root / "intention_kernel").rglob("*.py")):
+        parts = list(path.relative_to(root).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        if not any(part.startswith("_") for part in parts):
+            found.append(".".join(parts))
+    return sorted(found)
+
+
+def test_the_public_modules_are_exactly_the_listed_ones() -> None:
+    found = public_path_modules()
+    added = sorted(set(found) - set(PUBLIC_MODULES))
+    removed = sorted(set(PUBLIC_MODULES) - set(found))
+    assert not added, f"new public-path modules {added}: give them a leading _ or pin them here"
+    assert not removed, f"public-path modules {removed} are gone: that breaks an import path"
+    assert sorted(PUBLIC_MODULES) == PUBLIC_MODULES
+
+
+def test_the_public_module_count_sees_private_segments() -> None:
+    names = public_path_modules()
+    assert "intention_kernel.kernel" in names
+    assert "intention_kernel.http.inspector" in names
+    assert not [n for n in names if any(part.startswith("_") for part in n.split("."))]
+    assert "intention_kernel.kernel._pipeline.plan" not in names
+
+
+@pytest.mark.parametrize(("package", "expected"), PINNED, ids=[p for p, _ in PINNED])
+def test_every_public_package_exports_exactly_its_pinned_names(
+    package: str, expected: list[str]
+) -> None:
+    module = importlib.import_module(package)
+    assert sorted(module.__all__) == sorted(expected)
+    assert len(set(module.__all__)) == len(module.__all__)
+    assert [name for name in expected if _is_private(name)] == []
+    assert [name for name in expected if not hasattr(module, name)] == []
+
+
+def test_every_public_package_is_pinned() -> None:
+    root = Path(__file__).resolve().parent.parent
+    packages = {
+        name
+        for name in public_path_modules()
+        if (root / name.replace(".", "/") / "__init__.py").is_file()
+    }
+    assert packages - NO_ALL == {package for package, _ in PINNED}
+    for package in NO_ALL:
+        assert not hasattr(importlib.import_module(package), "__all__"), package

@@ -22,11 +22,7 @@ from pathlib import Path
 
 from ..contracts.durability import DurabilityStore
 from ..contracts.errors import KernelError
-from ..kernel.agent import AgentDefinition
-from ..kernel.compat import Compatibility
-from ..kernel.compile import compile_manifest
-from ..kernel.kernel import Kernel
-from ..kernel.runtime import CompiledAgent
+from ..kernel import AgentDefinition, Compatibility, CompiledAgent, Kernel, compile_manifest
 from ._common import CliError
 
 __all__ = ["load_agent", "load_compatibility", "load_served_agent"]

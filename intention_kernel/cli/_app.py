@@ -14,7 +14,14 @@ import typer
 from typer.core import TyperGroup
 
 from ..__version__ import __version__
-from . import compat, diagnose, extras, maintenance, outbox, receipts, serve, threads
+from . import _compat as compat
+from . import _diagnose as diagnose
+from . import _extras as extras
+from . import _maintenance as maintenance
+from . import _outbox as outbox
+from . import _receipts as receipts
+from . import _serve as serve
+from . import _threads as threads
 from ._common import ExitCode, report_error
 
 __all__ = ["app", "run"]

@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
+from ..contracts.checkpoint import KernelCheckpoint
 from ..contracts.durability import DurabilityStore
 from ..contracts.errors import (
     AgentCompilationError,
@@ -59,6 +60,7 @@ __all__ = [
     "parse_duration",
     "print_table",
     "report_error",
+    "require_thread",
     "run",
     "store_argument",
     "store_location",
@@ -331,3 +333,11 @@ def run(as_json: bool, body: Callable[[], Awaitable[T]]) -> T:
 
 async def _call(body: Callable[[], Awaitable[T]]) -> T:
     return await body()
+
+
+async def require_thread(store: DurabilityStore, thread_id: str) -> KernelCheckpoint | None:
+    """The thread's checkpoint; ``THREAD_NOT_FOUND`` when it has neither commits nor receipts."""
+    checkpoint = await store.load_checkpoint(thread_id)
+    if checkpoint is None and not await store.list_receipts(thread_id=thread_id, limit=1):
+        raise CliError("THREAD_NOT_FOUND", f"no thread {thread_id!r} in this store")
+    return checkpoint

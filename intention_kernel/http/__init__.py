@@ -8,9 +8,9 @@ shutdown. See ``docs/http.md``.
 
 from __future__ import annotations
 
-from .app import create_app
-from .auth import Authenticator, Authorizer, BearerTokens, Principal, hash_token
-from .server import Server, server_config
+from ._app import create_app
+from ._auth import Authenticator, Authorizer, BearerTokens, Principal, hash_token
+from ._server import Server, server_config
 
 __all__ = [
     "Authenticator",

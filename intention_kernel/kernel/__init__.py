@@ -4,21 +4,19 @@ Talks to storage only through the ``Durability``/``TurnScope`` protocols and to 
 through the ``ModelGateway`` protocol (model strings are resolved by ``intention_kernel.models``).
 """
 
-from .agent import AgentDefinition, define_agent
-from .approval import Approval, ConfirmationAnswer, operation_digest
-from .capability import Capability, Guidance, define_capability
-from .compat import Compatibility, Migration
-from .context import CapabilityContext, StepEvents, TurnInfo
-from .events import Redactor
-from .failures import ErrorClassifier, StepError
-from .kernel import Kernel
-from .keys import provider_idempotency_key
-from .limits import KernelLimits
-from .manifest import build_manifest, manifest_fingerprint
-from .policies import Policy, PolicyDecision, PolicyRequest, allow, deny, require_confirmation
-from .response import Response, StepSummary, TurnResult, TurnUsage
-from .results import (
-    CapabilityResult,
+from ._agent import AgentDefinition, define_agent
+from ._capability import Capability, Guidance, define_capability
+from ._compat import Compatibility, Migration, admit_checkpoint
+from ._compile import compile_manifest
+from ._context import CapabilityContext, TurnInfo
+from ._events import Redactor
+from ._failures import ErrorClassifier, StepError
+from ._kernel import Kernel
+from ._keys import provider_idempotency_key
+from ._limits import KernelLimits
+from ._policies import Policy, PolicyDecision, PolicyRequest, allow, deny, require_confirmation
+from ._response import Response, StepSummary, TurnResult, TurnUsage
+from ._results import (
     Completed,
     Failed,
     NeedsConfirmation,
@@ -26,8 +24,8 @@ from .results import (
     NeedsInput,
     ProducedFact,
 )
-from .runtime import CompiledAgent, request_fingerprint
-from .states import (
+from ._runtime import CompiledAgent, request_fingerprint
+from ._states import (
     Confirmation,
     ConfirmationMode,
     Effect,
@@ -36,6 +34,8 @@ from .states import (
     ModelVisibility,
     StepStatus,
 )
+from ._visibility import FactType, define_fact
+from .approval import Approval, ConfirmationAnswer, operation_digest
 from .streaming import (
     ConfirmationHeld,
     StepFinished,
@@ -44,14 +44,12 @@ from .streaming import (
     TextDelta,
     TurnCompleted,
 )
-from .visibility import FactType, define_fact
 
 __all__ = [
     "AgentDefinition",
     "Approval",
     "Capability",
     "CapabilityContext",
-    "CapabilityResult",
     "Compatibility",
     "CompiledAgent",
     "Completed",
@@ -80,7 +78,6 @@ __all__ = [
     "Redactor",
     "Response",
     "StepError",
-    "StepEvents",
     "StepFinished",
     "StepStarted",
     "StepStatus",
@@ -91,13 +88,13 @@ __all__ = [
     "TurnInfo",
     "TurnResult",
     "TurnUsage",
+    "admit_checkpoint",
     "allow",
-    "build_manifest",
+    "compile_manifest",
     "define_agent",
     "define_capability",
     "define_fact",
     "deny",
-    "manifest_fingerprint",
     "operation_digest",
     "provider_idempotency_key",
     "request_fingerprint",

@@ -21,9 +21,9 @@ from pydantic import JsonValue
 
 from ..contracts.events import EventCategory, KernelEvent
 from ..contracts.gateway import ModelOutputDelta
-from .events import EventRecorder, Redactor
-from .response import TurnResult
-from .states import StepStatus
+from ._events import EventRecorder, Redactor
+from ._response import TurnResult
+from ._states import StepStatus
 
 __all__ = [
     "ConfirmationHeld",

@@ -6,10 +6,10 @@ terminal and in a browser; both render what these functions return and add no re
 
 from __future__ import annotations
 
-from .age import age
+from ._age import age
+from ._history import answer_line, turn_answer, turn_input
 from .compat_report import CompatReport, RefusedThread, compat_report
 from .diagnosis import Diagnosis, Finding, diagnose_thread, redact
-from .history import answer_line, turn_answer, turn_input
 
 __all__ = [
     "CompatReport",

@@ -15,7 +15,7 @@ from typing import Any
 from ..contracts.durability import DurabilityStore
 from ..contracts.errors import CheckpointCorruptError, CheckpointIncompatibleError
 from ..contracts.inspect import StoreInspector
-from ..kernel.compat import Compatibility, admit_checkpoint
+from ..kernel import Compatibility, admit_checkpoint
 
 __all__ = ["CompatReport", "RefusedThread", "compat_report"]
 

@@ -23,7 +23,7 @@ from ..contracts.errors import CheckpointIncompatibleError
 from ..contracts.inspect import LeaseInfo, StoreInspector
 from ..contracts.receipts import ReceiptStatus
 from ..durability.factory import redact
-from ..kernel.compat import Compatibility, admit_checkpoint
+from ..kernel import Compatibility, admit_checkpoint
 
 __all__ = ["Diagnosis", "Finding", "diagnose_thread", "redact"]
 

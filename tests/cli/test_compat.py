@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from intention_kernel.kernel.compile import compile_manifest
+from intention_kernel.kernel._compile import compile_manifest
 
 from . import agents
 from .conftest import Seeded

@@ -308,7 +308,7 @@ def test_demo_refuses_a_file_as_its_directory(
 def test_an_unexpected_failure_is_one_line_too(
     sqlite_seeded: Seeded, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from intention_kernel.cli import maintenance
+    from intention_kernel.cli import _maintenance as maintenance
 
     def broken(store: object) -> object:
         raise ZeroDivisionError("a bug")

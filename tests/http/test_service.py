@@ -8,7 +8,7 @@ import time
 
 from starlette.routing import Route
 
-from intention_kernel.http.openapi import openapi_document
+from intention_kernel.http._openapi import openapi_document
 
 from .support import SEARCH, Desk, Live, app_for, bearer, is_problem, serve, to_confirmation
 

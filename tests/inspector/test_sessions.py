@@ -9,7 +9,7 @@ import pytest
 from intention_kernel.contracts.errors import ConfigurationError
 from intention_kernel.http import BearerTokens, Principal, hash_token
 from intention_kernel.http.inspector import OPERATOR, VIEWER, inspector_role
-from intention_kernel.http.inspector.session import SessionCodec, SessionStore
+from intention_kernel.http.inspector._session import SessionCodec, SessionStore
 
 SECRET = "a-session-secret-of-at-least-32-bytes"
 

@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field, JsonValue, create_model
 
 from intention_kernel.contracts import DurabilityStore, ModelRequest, ModelResponse
 from intention_kernel.kernel import Completed, KernelLimits, define_capability
-from intention_kernel.kernel.pipeline.plan import REFUSED
+from intention_kernel.kernel._pipeline.plan import REFUSED
 
 from .support import FaqAnswer, World, make_world, support_agent
 from .writes import CHARGE, CHARGE_42, Payments, accept

@@ -18,10 +18,10 @@ from intention_kernel.kernel import (
     ConfirmationMode,
     EffectKind,
     Kernel,
-    build_manifest,
     define_agent,
     define_capability,
 )
+from intention_kernel.kernel._manifest import build_manifest
 from intention_kernel.testing import MemoryDurability, ScriptedModelGateway
 
 from .support import FaqAnswer, FaqQuery, support_agent

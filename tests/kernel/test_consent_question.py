@@ -28,7 +28,7 @@ from intention_kernel.kernel import (
     NeedsConfirmation,
     define_capability,
 )
-from intention_kernel.kernel.pipeline.reduce import reduce_outcomes
+from intention_kernel.kernel._pipeline.reduce import reduce_outcomes
 from intention_kernel.testing import MemoryDurability, ScriptedModelGateway
 
 from .support import FaqAnswer, World, make_world, support_agent

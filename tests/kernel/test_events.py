@@ -160,7 +160,7 @@ async def test_a_broken_redactor_fails_the_turn_before_anything_is_written(
 def test_prebuilt_events_equal_validated_ones() -> None:
     from datetime import UTC, datetime
 
-    from intention_kernel.kernel.events import _prebuilt, _validated, build_event
+    from intention_kernel.kernel._events import _prebuilt, _validated, build_event
 
     fields = {
         "id": "evt_1",

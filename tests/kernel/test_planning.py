@@ -20,10 +20,10 @@ from intention_kernel.kernel import (
     define_capability,
     deny,
 )
-from intention_kernel.kernel.pipeline.plan import build_plan
-from intention_kernel.kernel.pipeline.state import AgentRuntime
-from intention_kernel.kernel.prompts import Catalog
-from intention_kernel.kernel.visibility import FactView
+from intention_kernel.kernel._pipeline.plan import build_plan
+from intention_kernel.kernel._pipeline.state import AgentRuntime
+from intention_kernel.kernel._prompts import Catalog
+from intention_kernel.kernel._visibility import FactView
 
 from .support import FaqAnswer, FaqQuery, make_world, support_agent
 

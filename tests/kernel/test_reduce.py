@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from intention_kernel.contracts import AgendaItem, EffectReceipt, Interaction, ReceiptStatus
-from intention_kernel.kernel.pipeline.reduce import bound_agenda, bound_receipts
+from intention_kernel.kernel._pipeline.reduce import bound_agenda, bound_receipts
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -17,7 +17,7 @@ from intention_kernel.contracts import (
     ReceiptStatus,
 )
 from intention_kernel.kernel import Kernel, StepStatus
-from intention_kernel.kernel.pipeline.plan import REFUSED
+from intention_kernel.kernel._pipeline.plan import REFUSED
 
 from .support import make_world, support_agent
 from .writes import CHARGE, REFUND, Payments, accept, payments_world

@@ -31,8 +31,8 @@ from intention_kernel.kernel import (
     TurnResult,
     define_capability,
 )
-from intention_kernel.kernel.failures import CONFLICT, INTERNAL, TRY_AGAIN
-from intention_kernel.kernel.pipeline.execute import APPLIED_UNFINISHED, TOO_LONG
+from intention_kernel.kernel._failures import CONFLICT, INTERNAL, TRY_AGAIN
+from intention_kernel.kernel._pipeline.execute import APPLIED_UNFINISHED, TOO_LONG
 
 from .support import FaqAnswer, World, make_world, support_agent
 from .writes import CHARGE, REFUND, Charge, Payments, accept

@@ -263,7 +263,7 @@ async def test_declared_migration_rewrites_the_old_checkpoint(durability: Durabi
 
 
 async def test_newer_schema_version_is_refused(durability: DurabilityStore, world: World) -> None:
-    from intention_kernel.kernel.compat import Compatibility, admit_checkpoint
+    from intention_kernel.kernel._compat import Compatibility, admit_checkpoint
 
     checkpoint = KernelCheckpoint(revision=3, agent_fingerprint="x", schema_version=99)
     with pytest.raises(CheckpointIncompatibleError):

@@ -30,7 +30,7 @@ from intention_kernel.kernel import (
     EffectKind,
     TurnInfo,
 )
-from intention_kernel.kernel.context import uncertain_copy
+from intention_kernel.kernel._context import uncertain_copy
 
 from .writes import accept, payments_world
 

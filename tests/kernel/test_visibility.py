@@ -20,7 +20,7 @@ from intention_kernel.kernel import (
     define_capability,
     define_fact,
 )
-from intention_kernel.kernel.visibility import REDACTED
+from intention_kernel.kernel._visibility import REDACTED
 from intention_kernel.testing import MemoryDurability, ScriptedModelGateway
 
 from .support import FaqAnswer, TrackQuery, World, make_world, support_agent

@@ -9,7 +9,7 @@ import pytest
 
 from intention_kernel.contracts.errors import ModelGatewayError
 from intention_kernel.contracts.gateway import ModelRefusal, ModelRequest
-from intention_kernel.kernel.pipeline.state import Composition, Interpretation
+from intention_kernel.kernel._pipeline.state import Composition, Interpretation
 from intention_kernel.models import AnthropicGateway
 
 from .fakes import (

@@ -18,7 +18,7 @@ from intention_kernel.contracts.gateway import (
     ModelResponse,
     StreamingModelGateway,
 )
-from intention_kernel.kernel.pipeline.state import Interpretation
+from intention_kernel.kernel._pipeline.state import Interpretation
 from intention_kernel.models import AnthropicGateway
 
 from .fakes import (

@@ -9,7 +9,7 @@ import pytest
 
 from intention_kernel.contracts.errors import ModelGatewayError
 from intention_kernel.contracts.gateway import ModelRefusal, ModelRequest
-from intention_kernel.kernel.pipeline.state import Composition, Interpretation
+from intention_kernel.kernel._pipeline.state import Composition, Interpretation
 from intention_kernel.models import OpenAIGateway
 
 from .fakes import Clock, FakeServer, openai_body, openai_error, openai_json, policy, raises

@@ -12,7 +12,7 @@ from pydantic_ai.providers.google import GoogleProvider
 
 from intention_kernel.contracts.errors import ModelGatewayError
 from intention_kernel.contracts.gateway import ModelRefusal, ModelRequest
-from intention_kernel.kernel.pipeline.state import Composition, Interpretation
+from intention_kernel.kernel._pipeline.state import Composition, Interpretation
 from intention_kernel.models import PydanticAIGateway
 
 from .fakes import (
@@ -28,7 +28,9 @@ from .fakes import (
 COMPOSE = Composition.model_json_schema()
 INTERPRET = Interpretation.model_json_schema()
 KEY = "AIzaSyTest0123456789abcdef"
-URL = "https://generativelanguage.googleapis.com/v1beta/models/gemini-3.5-flash-lite:generateContent"
+URL = (
+    "https://generativelanguage.googleapis.com/v1beta/models/gemini-3.5-flash-lite:generateContent"
+)
 
 
 def gateway(server: FakeServer, clock: Clock | None = None, **kw: Any) -> PydanticAIGateway:

@@ -19,7 +19,7 @@ from intention_kernel.contracts.gateway import (
     ModelResponse,
     StreamingModelGateway,
 )
-from intention_kernel.kernel.pipeline.state import Composition
+from intention_kernel.kernel._pipeline.state import Composition
 from intention_kernel.models import PydanticAIGateway
 
 from .fakes import (

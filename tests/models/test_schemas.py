@@ -8,7 +8,7 @@ import pytest
 from pydantic import BaseModel, Field, JsonValue
 
 from intention_kernel.examples.travel_desk import build_agent
-from intention_kernel.kernel.pipeline.state import Composition, Interpretation
+from intention_kernel.kernel._pipeline.state import Composition, Interpretation
 from intention_kernel.models import DIALECTS, check_schema, strip_null_optionals, to_dialect
 
 CAPABILITY_SCHEMAS = [c.input_schema.model_json_schema() for c in build_agent().capabilities]

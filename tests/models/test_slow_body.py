@@ -14,7 +14,7 @@ from pydantic_ai.providers.google import GoogleProvider
 
 from intention_kernel.contracts.errors import ModelGatewayError
 from intention_kernel.contracts.gateway import ModelGateway, ModelRequest
-from intention_kernel.kernel.pipeline.state import Composition
+from intention_kernel.kernel._pipeline.state import Composition
 from intention_kernel.models import AnthropicGateway, OpenAIGateway, PydanticAIGateway, RetryPolicy
 
 from .fakes import TrickleServer, anthropic_tool, gemini_call, openai_json

@@ -22,7 +22,7 @@ from intention_kernel.relay import (
     PublishOutcome,
     open_sink,
 )
-from intention_kernel.relay.sinks.nats import NatsSink
+from intention_kernel.relay.sinks._nats import NatsSink
 from intention_kernel.testing import MemoryDurability
 
 from ._net import TcpProxy, require_service

@@ -26,7 +26,7 @@ def test_importing_the_relay_loads_no_broker_driver() -> None:
     result = _python(
         "import sys, intention_kernel, intention_kernel.relay\n"
         "from intention_kernel.relay import open_sink\n"
-        "import intention_kernel.cli.outbox\n"
+        "import intention_kernel.cli._outbox\n"
         "open_sink('stdout://')\n"
         "drivers = ('nats', 'redis', 'httpx', 'intention_kernel.durability.sqlite')\n"
         "loaded = [m for m in drivers if m in sys.modules]\n"

@@ -16,8 +16,8 @@ import pytest
 from intention_kernel.cli._app import run
 from intention_kernel.contracts import ConfigurationError, ErrorCode, KernelEvent
 from intention_kernel.relay import OutboxRelay, OutcomeKind, open_sink
-from intention_kernel.relay.sinks.file import FileSink
-from intention_kernel.relay.sinks.stdout import StdoutSink
+from intention_kernel.relay.sinks._file import FileSink
+from intention_kernel.relay.sinks._stdout import StdoutSink
 from intention_kernel.testing import MemoryDurability
 
 from ._support import commit_workload, first_delivery_order, run_until_drained

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from ...contracts.durability import Durability
 from ...contracts.gateway import ModelGateway
-from ...kernel.kernel import Kernel
-from ...kernel.runtime import CompiledAgent
+from ...kernel._kernel import Kernel
+from ...kernel._runtime import CompiledAgent
 from .agent import build_agent, receipt_hotel_key
 from .model import scripted_model
 from .provider import FakeHotelProvider

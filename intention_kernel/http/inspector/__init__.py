@@ -7,7 +7,7 @@ confirmation and audit, and the deploy check, as server-rendered pages (``docs/i
 
 from __future__ import annotations
 
-from .app import ProviderKey, create_inspector
-from .session import OPERATOR, VIEWER, inspector_role
+from ._app import ProviderKey, create_inspector
+from ._session import OPERATOR, VIEWER, inspector_role
 
 __all__ = ["OPERATOR", "VIEWER", "ProviderKey", "create_inspector", "inspector_role"]

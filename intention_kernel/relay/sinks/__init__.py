@@ -46,7 +46,7 @@ def open_sink(url: str) -> EventSink:
         raise invalid(parsed, f"unknown sink scheme {parsed.scheme!r} (known: {known})")
     module_name, extra = entry
     try:
-        module = importlib.import_module(f".{module_name}", __name__)
+        module = importlib.import_module(f"._{module_name}", __name__)
     except ImportError as exc:
         raise ConfigurationError(
             f"the {module_name} sink needs an optional extra: "

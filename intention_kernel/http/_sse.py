@@ -1,0 +1,66 @@
+"""Server-sent events: one stream item of a turn as one ``event:``/``data:`` frame.
+
+Why JSON on one line: a ``data:`` line ends at a newline, and the answer text may hold
+newlines; ``json.dumps`` escapes them, so every frame is exactly two lines and a blank one.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..kernel import (
+    ConfirmationHeld,
+    StepFinished,
+    StepStarted,
+    StreamItem,
+    TextDelta,
+    TurnCompleted,
+)
+from ._turns import turn_body
+
+__all__ = ["EVENT_TYPES", "encode_event", "encode_item"]
+
+EVENT_TYPES = (
+    "step.started",
+    "step.finished",
+    "confirmation.held",
+    "text.delta",
+    "turn.completed",
+    "error",
+)
+"""Every event a turn stream sends; the last one is ``turn.completed`` or ``error``."""
+
+
+def encode_event(event: str, data: Any) -> bytes:
+    payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    return f"event: {event}\ndata: {payload}\n\n".encode()
+
+
+def encode_item(item: StreamItem) -> bytes:
+    """The frame of one ``CompiledAgent.stream`` item."""
+    match item:
+        case StepStarted(step_id, capability_id):
+            return encode_event(
+                "step.started", {"step_id": step_id, "capability_id": capability_id}
+            )
+        case StepFinished(step_id, capability_id, status):
+            return encode_event(
+                "step.finished",
+                {"step_id": step_id, "capability_id": capability_id, "status": str(status)},
+            )
+        case ConfirmationHeld(interaction_id, kind, prompt, options):
+            return encode_event(
+                "confirmation.held",
+                {
+                    "interaction_id": interaction_id,
+                    "kind": kind,
+                    "prompt": prompt,
+                    "options": list(options),
+                },
+            )
+        case TextDelta(text, restarted):
+            return encode_event("text.delta", {"text": text, "restarted": restarted})
+        case TurnCompleted(result):
+            return encode_event("turn.completed", turn_body(result, result.replayed))
+    raise TypeError(f"not a stream item: {type(item).__name__}")  # pragma: no cover

@@ -1,0 +1,352 @@
+"""``CompiledAgent.run``: one turn inside ``durability.with_turn``.
+
+Order: validate the request, including what the turn will record from it (typed errors, no
+model call, nothing written); enter the durable boundary with a
+request fingerprint; a committed turn returns at once (no model or capability call); the loaded
+checkpoint must be compatible; then the pipeline runs and commits. Events reach the host's sinks
+only after the turn ends, redacted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Generator, Mapping, Sequence
+from typing import Any
+
+from pydantic import JsonValue
+
+from ..contracts.durability import Durability, TurnScope
+from ..contracts.errors import TurnTimeoutError
+from ..contracts.events import EventCategory, KernelEvent
+from ..contracts.ids import validate_thread_id, validate_turn_id
+from ..contracts.receipts import EffectReceipt
+from ..contracts.sinks import EventSink, OutcomeKind
+from ..contracts.turns import DurableTurnResult
+from ..telemetry import Telemetry, db_system
+from ._compat import Compatibility, admit_checkpoint
+from ._context import TurnInfo
+from ._events import EventRecorder, Redactor
+from ._pipeline import AgentRuntime, TurnState, run_pipeline
+from ._pipeline.state import Meter
+from ._portal import portal_of
+from ._response import Response, TurnResult
+from ._validation import validate_host_context, validate_selection, validate_text, validate_timeout
+from .streaming import Progress, ProgressRecorder, StreamItem, drive
+
+__all__ = ["CompiledAgent", "request_fingerprint"]
+
+logger = logging.getLogger("intention_kernel.events")
+
+
+def request_fingerprint(text: str, selection: Mapping[str, JsonValue] | None) -> str:
+    """Same turn id + different request = ``TURN_ID_REUSED`` (host context is not part of it).
+
+    Equal to ``codec.fingerprint`` of ``{"text", "selection"}``; both parts were already checked
+    by the codec's rules in ``validation``, so the canonical JSON is hashed directly.
+    """
+    payload = {"selection": None if selection is None else dict(selection), "text": text}
+    canonical = json.dumps(
+        payload, ensure_ascii=False, allow_nan=False, separators=(",", ":"), sort_keys=True
+    )
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+class CompiledAgent:
+    """A validated agent bound to a kernel's durability, model, ports and limits."""
+
+    def __init__(
+        self,
+        runtime: AgentRuntime,
+        *,
+        manifest: dict[str, Any],
+        compatibility: Compatibility,
+        durability: Durability,
+        redact: Redactor | None,
+        sinks: Sequence[EventSink],
+        telemetry: Telemetry | None = None,
+        provider_key: Callable[[EffectReceipt], str | None] | None = None,
+    ) -> None:
+        self._runtime = runtime
+        self._provider_key = provider_key
+        # Spans and metrics (``intention_kernel.telemetry``): the global providers by default.
+        self._telemetry = telemetry if telemetry is not None else Telemetry(redact=redact)
+        self._store_system = db_system(durability)
+        self._compat = compatibility
+        self._durability = durability
+        self._redact = redact
+        self._sinks = tuple(sinks)
+        self.manifest = manifest
+
+    @property
+    def fingerprint(self) -> str:
+        return self._runtime.fingerprint
+
+    @property
+    def compatibility(self) -> Compatibility:
+        """Which stored checkpoints this agent accepts (its own, declared ones, migrations)."""
+        return self._compat
+
+    @property
+    def provider_key(self) -> Callable[[EffectReceipt], str | None] | None:
+        """``(receipt) -> key``: what the provider received for a write (``Kernel.compile``)."""
+        return self._provider_key
+
+    @property
+    def durability(self) -> Durability:
+        """The store the agent's turns commit to (the HTTP service reads threads from it)."""
+        return self._durability
+
+    def with_durability(self, durability: Durability) -> CompiledAgent:
+        """The same agent (definition, model routes, ports, compatibility, sinks) committing its
+        turns to ``durability``: ``intention-kernel serve`` runs a module's compiled agent on
+        the store the service opened and reads."""
+        return CompiledAgent(
+            self._runtime,
+            manifest=self.manifest,
+            compatibility=self._compat,
+            durability=durability,
+            redact=self._redact,
+            sinks=self._sinks,
+            telemetry=self._telemetry,
+        )
+
+    @property
+    def id(self) -> str:
+        return self._runtime.definition.id
+
+    async def run(
+        self,
+        *,
+        thread_id: str,
+        turn_id: str,
+        text: str,
+        selection: Mapping[str, JsonValue] | None = None,
+        host_context: Mapping[str, Any] | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - part of the public contract
+    ) -> TurnResult:
+        """Run one turn and return what it committed (or replay the stored one)."""
+        return await self._run(thread_id, turn_id, text, selection, host_context, timeout, None)
+
+    def stream(
+        self,
+        *,
+        thread_id: str,
+        turn_id: str,
+        text: str,
+        selection: Mapping[str, JsonValue] | None = None,
+        host_context: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> AsyncIterator[StreamItem]:
+        """``run``, yielding provisional progress and last the committed ``TurnCompleted``.
+
+        The turn starts at the first iteration; errors (a refused request included) are raised
+        by the iteration. Close it early (``contextlib.aclosing``) or cancel its consumer and
+        the turn is cancelled as a cancelled ``run`` is (see ``docs/streaming.md``).
+        """
+        return drive(
+            lambda progress: self._run(
+                thread_id, turn_id, text, selection, host_context, timeout, progress
+            )
+        )
+
+    def run_sync(
+        self,
+        *,
+        thread_id: str,
+        turn_id: str,
+        text: str,
+        selection: Mapping[str, JsonValue] | None = None,
+        host_context: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> TurnResult:
+        """``run`` for a thread without an event loop: blocks until the turn ended.
+
+        The turn runs on the loop the agent's store lives on (``open_durability_sync``), or on
+        the shared background loop. Called from a running loop, ``UsageError``.
+        """
+        return portal_of(self._durability).call(
+            lambda: self.run(
+                thread_id=thread_id,
+                turn_id=turn_id,
+                text=text,
+                selection=selection,
+                host_context=host_context,
+                timeout=timeout,
+            ),
+            what="run_sync",
+        )
+
+    def stream_sync(
+        self,
+        *,
+        thread_id: str,
+        turn_id: str,
+        text: str,
+        selection: Mapping[str, JsonValue] | None = None,
+        host_context: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> Generator[StreamItem, None, None]:
+        """``stream`` for a thread without an event loop, as a plain iterator.
+
+        Closing it early (``close()``, leaving a ``with contextlib.closing(...)`` block) cancels
+        the turn and waits for it, as closing ``stream`` does. From a running loop, ``UsageError``.
+        """
+        return portal_of(self._durability).iterate(
+            lambda: self.stream(
+                thread_id=thread_id,
+                turn_id=turn_id,
+                text=text,
+                selection=selection,
+                host_context=host_context,
+                timeout=timeout,
+            ),
+            what="stream_sync",
+        )
+
+    async def _run(
+        self,
+        thread_id: str,
+        turn_id: str,
+        text: str,
+        selection: Mapping[str, JsonValue] | None,
+        host_context: Mapping[str, Any] | None,
+        timeout: float | None,  # noqa: ASYNC109 - run's own argument
+        progress: Progress | None,
+    ) -> TurnResult:
+        """The one path of ``run`` and ``stream``; ``progress`` listens for a stream."""
+        limits = self._runtime.limits
+        validate_thread_id(thread_id)
+        validate_turn_id(turn_id)
+        chosen = validate_selection(selection, limits)
+        validate_text(text, limits, chosen is not None)
+        context = validate_host_context(host_context)
+        seconds = validate_timeout(timeout)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + (seconds if seconds is not None else 86_400.0)
+        trace_id = self._runtime.ids("trace")
+        clock = self._runtime.clock
+        recorder = (
+            EventRecorder(thread_id, turn_id, trace_id, self._redact, clock)
+            if progress is None
+            else ProgressRecorder(thread_id, turn_id, trace_id, self._redact, clock, progress)
+        )
+        turn = TurnInfo(thread_id, turn_id, trace_id, text, chosen)
+        released: list[KernelEvent] = []
+        composed: list[Response] = []
+        meter = Meter()
+        definition = self._runtime.definition
+        traced = self._telemetry.turn(
+            agent_id=definition.id,
+            agent_version=definition.version,
+            fingerprint=self._runtime.fingerprint,
+            thread_id=thread_id,
+            turn_id=turn_id,
+            store=self._store_system,
+        )
+        called: list[float] = []  # when with_turn was called; emptied by the first attempt
+
+        async def operation(scope: TurnScope) -> tuple[DurableTurnResult, bool]:
+            if called:
+                traced.acquired(called.pop())  # lease wait and checkpoint load, measured once
+            prior = scope.prior_result
+            if prior is not None:
+                return prior, True
+            checkpoint = scope.checkpoint
+            if checkpoint is not None:
+                checkpoint = admit_checkpoint(checkpoint, self._compat)
+            state = TurnState(
+                runtime=self._runtime,
+                scope=scope,
+                turn=turn,
+                host_context=context,
+                recorder=recorder,
+                checkpoint=checkpoint,
+                deadline=deadline,
+                facts={} if checkpoint is None else {f.id: f for f in checkpoint.facts},
+                meter=meter,
+                progress=progress,
+            )
+            state.start_event = recorder.emit(
+                "turn.started",
+                {
+                    "text": text,
+                    "selection": None if chosen is None else dict(chosen),
+                    "revision": 0 if checkpoint is None else checkpoint.revision,
+                },
+                category=EventCategory.AUDIT,
+            )
+            result, events = await run_pipeline(state)
+            released.extend(events)
+            if state.response is not None:
+                composed.append(state.response)
+            return result, False
+
+        fp = request_fingerprint(text, chosen)
+        limit = asyncio.timeout_at(deadline if seconds is not None else None)
+        with traced:  # the ik.turn span, current while the turn runs
+            recorder.traceparent = traced.traceparent  # sent on with the outbox events
+            called.append(time.perf_counter())
+            try:
+                async with limit:
+                    stored, replayed = await self._durability.with_turn(
+                        thread_id, turn_id, operation, request_fingerprint=fp
+                    )
+            except TimeoutError:
+                if not limit.expired():
+                    raise  # someone else's timeout, not the turn's deadline
+                raise TurnTimeoutError(
+                    context={"thread_id": thread_id, "turn_id": turn_id, "timeout": seconds}
+                ) from None
+            traced.outcome(replayed)
+            if released:
+                await self._publish(released)
+        # A first run hands back the response it committed; a replay reads the stored one.
+        result = TurnResult(
+            response=composed[0] if composed else Response.model_validate(stored.response),
+            checkpoint=stored.checkpoint,
+            thread_id=stored.thread_id,
+            turn_id=stored.turn_id,
+            trace_id=stored.trace_id,
+            replayed=replayed,
+            usage=meter.usage(),
+        )
+        if progress is not None:
+            progress.settle(result.response.text)  # a replay shows its stored answer at once
+        return result
+
+    async def _publish(self, events: list[KernelEvent]) -> None:
+        """Hand the turn's released events to the in-process sinks, best effort.
+
+        One event per call keeps the sink contract (at most one event of a thread per publish,
+        so a sink may send a call's events concurrently). The turn is committed: a failing live
+        sink must not turn it into an error, but it is logged (sink and event type only, never
+        the payload). A sink that raises gets none of the turn's later events; the outbox
+        still holds them all for the relay.
+        """
+        for sink in self._sinks:
+            name = type(sink).__qualname__
+            for index, event in enumerate(events):
+                try:
+                    outcomes = await sink.publish([event])
+                    refused = [o for o in outcomes or () if o.kind is not OutcomeKind.OK]
+                except Exception as exc:
+                    logger.warning(
+                        "event sink %s raised %s on %s; %d later event(s) of this turn skipped",
+                        name,
+                        type(exc).__name__,
+                        event.type,
+                        len(events) - index - 1,
+                    )
+                    break
+                for outcome in refused:
+                    logger.warning(
+                        "event sink %s did not accept %s: %s (%s)",
+                        name,
+                        event.type,
+                        outcome.kind,
+                        outcome.code,
+                    )
