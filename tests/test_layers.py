@@ -99,15 +99,15 @@ RULES = [
     ),
     Rule(
         "telemetry sits below the kernel and the relay: it knows only the contracts",
-        ("intention_kernel/telemetry.py",),
+        ("intention_kernel/telemetry",),
         within("contracts", "telemetry", "__version__"),
     ),
     Rule(
-        "only intention_kernel/telemetry.py imports opentelemetry (an optional extra)",
+        "only intention_kernel/telemetry/_otel.py imports opentelemetry (an optional extra)",
         tuple(
             str(path.relative_to(ROOT))
             for path in sorted((ROOT / "intention_kernel").rglob("*.py"))
-            if path != ROOT / "intention_kernel" / "telemetry.py"
+            if path != ROOT / "intention_kernel" / "telemetry" / "_otel.py"
         ),
         driver("opentelemetry"),
     ),
@@ -193,7 +193,7 @@ RULES = [
             "intention_kernel/kernel",
             "intention_kernel/contracts",
             "intention_kernel/durability",
-            "intention_kernel/telemetry.py",
+            "intention_kernel/telemetry",
         ),
         lambda m: m == "intention_kernel.http" or m.startswith("intention_kernel.http."),
     ),
