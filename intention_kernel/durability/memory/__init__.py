@@ -13,7 +13,8 @@ __all__ = ["MemoryDurability", "MemoryStore", "from_location", "schema_info_at"]
 
 
 async def from_location(location: StoreLocation, settings: Mapping[str, Any]) -> MemoryDurability:
-    """The store ``memory://`` names (``open_durability``): a new, empty one."""
+    """The store ``memory://`` names: a new, empty one. ``settings`` are all its options, the
+    URL's (``location.options``) with the caller's, as ``open_durability`` merges them."""
     check_options(settings, location.backend, MemoryDurability.__init__)
     with driver_refusals(location.backend):
         return MemoryDurability(**settings)

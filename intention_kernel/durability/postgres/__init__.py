@@ -28,8 +28,9 @@ __all__ = [
 
 
 async def from_location(location: StoreLocation, settings: Mapping[str, Any]) -> PostgresDurability:
-    """Open the store a ``postgresql://`` URL names (``open_durability``); every setting is
-    checked before a pool exists, so a bad one leaks nothing."""
+    """Open the store a ``postgresql://`` URL names; every setting is checked before a pool
+    exists, so a bad one leaks nothing. ``settings`` are all its options, the URL's
+    (``location.options``) with the caller's, as ``open_durability`` merges them."""
     check_options(settings, location.backend, PostgresDurability.open)
     _check_pool_sizes(settings)
     if "schema" in settings:

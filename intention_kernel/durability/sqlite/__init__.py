@@ -20,8 +20,9 @@ __all__ = [
 
 
 async def from_location(location: StoreLocation, settings: Mapping[str, Any]) -> SQLiteDurability:
-    """Open the file a ``sqlite:///`` URL names (``open_durability``), migrating it unless
-    ``migrate=False``."""
+    """Open the file a ``sqlite:///`` URL names, migrating it unless ``migrate=False``.
+    ``settings`` are all its options, the URL's (``location.options``) with the caller's, as
+    ``open_durability`` merges them."""
     check_options(settings, location.backend, SQLiteDurability.__init__, SQLiteDurability.open)
     assert location.path is not None  # describe_store fills it for SQLite
     with driver_refusals(location.backend):
