@@ -314,11 +314,15 @@ DURABILITY = [
 DURABILITY_MEMORY = [
     "MemoryDurability",
     "MemoryStore",
+    "from_location",
+    "schema_info_at",
 ]
 
 DURABILITY_SQLITE = [
     "SQLiteDurability",
+    "from_location",
     "read_schema_info",
+    "schema_info_at",
 ]
 
 DURABILITY_POSTGRES = [
@@ -329,7 +333,23 @@ DURABILITY_POSTGRES = [
     "admin_connection",
     "check_schema_name",
     "drop_schema",
+    "from_location",
     "read_schema_info",
+    "schema_info_at",
+]
+
+TELEMETRY = [
+    "AVAILABLE",
+    "RelayTelemetry",
+    "Telemetry",
+    "UncertainReceipts",
+    "continued_trace",
+    "db_system",
+    "effect_span",
+    "key_hash",
+    "model_span",
+    "plan_span",
+    "step_span",
 ]
 
 TESTING = [
@@ -382,6 +402,7 @@ PINNED = [
     ("intention_kernel.durability.memory", DURABILITY_MEMORY),
     ("intention_kernel.durability.sqlite", DURABILITY_SQLITE),
     ("intention_kernel.durability.postgres", DURABILITY_POSTGRES),
+    ("intention_kernel.telemetry", TELEMETRY),
     ("intention_kernel.testing", TESTING),
     ("intention_kernel.testing.conformance", CONFORMANCE),
     ("intention_kernel.examples.travel_desk", EXAMPLE),

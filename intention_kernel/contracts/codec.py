@@ -34,7 +34,7 @@ from pydantic import JsonValue, ValidationError, ValidationInfo, ValidatorFuncti
 from pydantic import WrapValidator as _WrapValidator
 from pydantic_core import PydanticSerializationError, from_json, to_json
 
-from .errors import ConfigurationError, ErrorCode, SerializationError
+from ._base_errors import ConfigurationError, ErrorCode, SerializationError
 
 __all__ = [
     "DEFAULT_LIMITS",

@@ -17,7 +17,7 @@ import time
 import unicodedata
 from typing import Any
 
-from .errors import ErrorCode, InvalidIdError
+from ._base_errors import ErrorCode, InvalidIdError
 
 __all__ = [
     "MAX_ID_LENGTH",

@@ -13,7 +13,7 @@ from pydantic import JsonValue
 
 from ..contracts.errors import ModelGatewayError
 from ..contracts.gateway import ModelOutputDelta, ModelRequest
-from .resolve import PROVIDERS
+from ._providers import PROVIDERS
 from .retry import Failure
 
 __all__ = [

@@ -77,6 +77,8 @@ class MemoryDurability(MemoryOutboxSource, MemoryInspection, DurabilityEngine[Le
     """In-process durability for tests. Implements every rule of the contract in one process,
     and ``OutboxSource`` for the relay."""
 
+    telemetry_system: str | None = None  # no OpenTelemetry db.system.name: the store is in-process
+
     def __init__(
         self,
         store: MemoryStore | None = None,

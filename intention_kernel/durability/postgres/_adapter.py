@@ -109,6 +109,7 @@ class PostgresDurability(
     tables with ``setup()`` (or ``open(..., setup=True)``); ``open`` verifies the schema.
     """
 
+    telemetry_system: str | None = "postgresql"  # its OpenTelemetry db.system.name
     _fenced: ClassVar[bool] = True
     """Writes check the lease token and a lost lease cancels the turn. Only a test subclass
     turns it off, to show that the fault tests detect the missing fencing."""

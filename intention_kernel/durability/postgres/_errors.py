@@ -29,7 +29,7 @@ from ...contracts.errors import (
     KernelError,
     StoreSchemaError,
 )
-from ..factory import redact
+from .._urls import redact
 
 __all__ = [
     "MAX_ATTEMPTS",

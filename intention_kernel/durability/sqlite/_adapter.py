@@ -190,6 +190,8 @@ class SQLiteDurability(SQLiteOutboxSource, SQLiteInspection, DurabilityEngine[_L
     SQLiteDurability.open(...)`` to surface schema and file errors at start.
     """
 
+    telemetry_system: str | None = "sqlite"  # its OpenTelemetry db.system.name
+
     def __init__(
         self,
         location: str | os.PathLike[str],

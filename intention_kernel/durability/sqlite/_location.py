@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
 
 from ...contracts.errors import ConfigurationError
+from .._urls import parse_location  # the path of a ``sqlite:///`` URL: URL parsing
 
 __all__ = [
     "ALLOW_RAM_ENV",
@@ -63,40 +63,6 @@ NETWORK_FILESYSTEMS = frozenset(
 
 RAM_FILESYSTEMS = frozenset({"tmpfs", "ramfs", "devtmpfs"})
 ALLOW_RAM_ENV = "IK_SQLITE_ALLOW_RAM"
-
-
-def parse_location(location: str | os.PathLike[str]) -> Path:
-    """A filesystem path from a path or a ``sqlite:///`` URL.
-
-    URLs follow the usual Python convention: ``sqlite:///app.db`` is relative to the working
-    directory and ``sqlite:////var/lib/app.db`` is absolute. Symlinks are resolved: every
-    name of one file gives one path (and so one lock directory).
-    """
-    if isinstance(location, os.PathLike):
-        location = os.fspath(location)
-    if not isinstance(location, str) or not location.strip():
-        raise ConfigurationError(
-            "the SQLite location must be a path or a sqlite:/// URL",
-            context={"setting": "url"},
-        )
-    if "://" not in location:
-        path = location
-    else:
-        parts = urlsplit(location)
-        if parts.scheme != "sqlite" or parts.netloc or parts.query or parts.fragment:
-            raise ConfigurationError(
-                "expected sqlite:///relative/path or sqlite:////absolute/path",
-                context={"setting": "url", "scheme": parts.scheme},
-            )
-        path = unquote(parts.path[1:])
-    if not path or path == ":memory:" or path.startswith("file:"):
-        raise ConfigurationError(
-            "an in-memory SQLite database cannot be shared; give a file path",
-            context={"setting": "url"},
-        )
-    # The real path: a database reached through a symlink or by another name must get the
-    # same lock directory, or two holders would lock two files for one thread.
-    return Path(os.path.realpath(Path(path).expanduser()))
 
 
 def _unescape(field: str) -> str:

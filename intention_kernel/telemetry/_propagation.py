@@ -1,0 +1,31 @@
+"""A caller's W3C trace context continued (for the HTTP service)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+
+from . import _otel
+
+
+@contextlib.contextmanager
+def continued_trace(headers: Mapping[str, str]) -> Iterator[None]:
+    """The caller's trace current while the block runs: ``headers`` (a request's, read
+    case-insensitively) carry it as W3C ``traceparent``, with ``tracestate`` (the global
+    propagator's formats; by default W3C trace context and baggage). A turn started in the block,
+    or a task created in it, is then a child of the caller's span. Without the package or a
+    ``traceparent``, nothing changes; a malformed one is ignored (the turn starts a new trace).
+    A span already current (the host's ASGI instrumentation continued the trace in its server
+    span) stays the parent."""
+    if (
+        not _otel.AVAILABLE
+        or headers.get("traceparent") is None
+        or _otel.trace.get_current_span().get_span_context().is_valid
+    ):
+        yield
+        return
+    token = _otel.context.attach(_otel.propagate.extract(headers))
+    try:
+        yield
+    finally:
+        _otel.context.detach(token)
