@@ -30,6 +30,7 @@ from ._support import (
     effect,
     make_events,
     make_result,
+    turn_storage,
 )
 from .cancellation import Cancellation
 from .interrupted import InterruptedReceipts
@@ -56,6 +57,7 @@ __all__ = [
     "effect",
     "make_events",
     "make_result",
+    "turn_storage",
 ]
 
 

@@ -29,9 +29,17 @@ __all__ = [
     "effect",
     "make_events",
     "make_result",
+    "turn_storage",
 ]
 
 H = TypeVar("H", bound="ConformanceHarness")
+
+
+def turn_storage(store: object) -> Any:
+    """The ``TurnStorage`` role of a ``DurableStore`` (for tests that make its writes fail)."""
+    roles = getattr(store, "roles", None)
+    assert roles is not None, "the store must be a DurableStore (composed from storage roles)"
+    return roles.turns
 
 
 class ConformanceHarness(ABC):
