@@ -15,12 +15,13 @@ from ..store import DurableStore, check_settings
 from . import _schema
 from ._connection import PgConnection
 from ._errors import translated
+from ._heads import HeadTexts
 from ._inspect import PostgresInspection
 from ._lease import LeaseSettings, PgLease
 from ._outbox import OutboxStatements, PostgresNotifier, PostgresOutbox
 from ._reads import PostgresHistory
 from ._sql import Statements
-from ._turns import HeadTexts, PostgresTurns
+from ._turns import PostgresTurns
 
 __all__ = ["PostgresDurability"]
 

@@ -28,11 +28,11 @@ from .._writes import utc_now
 from ..storage import Reconciliation
 from ._connection import PgConnection
 from ._errors import retrying
+from ._heads import HeadTexts
 from ._inspect import lease_free
 from ._lease import PgLease
 from ._outbox import EVENT_COLUMNS, stored_event
 from ._sql import Statements
-from ._turns import HeadTexts
 
 __all__ = ["PostgresHistory", "last_reconciliation", "listed_receipt"]
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import sys
 from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -18,7 +17,6 @@ from typing import Any
 
 import asyncpg
 
-from ...contracts.checkpoint import KernelCheckpoint
 from ...contracts.codec import JsonLimits
 from ...contracts.errors import (
     DurabilityError,
@@ -28,19 +26,19 @@ from ...contracts.errors import (
     TurnConflictError,
 )
 from ...contracts.receipts import EffectIdentity, EffectReceipt, ReceiptStatus
-from ...contracts.turns import DurableTurnResult
 from ...crashpoints import CrashPoint, crash_point
 from .. import _turns
-from .._documents import decode_model, decode_own_model, decode_turn, encode_model
+from .._documents import decode_model, decode_turn, encode_model
 from .._ledger import EffectStart, start_effect
 from .._settle import settle
 from ..storage import OpenedTurn, StoredTurn, TurnCommit
 from ._connection import PgConnection
 from ._errors import bounded
+from ._heads import HeadTexts
 from ._lease import Heartbeat, LeaseSettings, PgLease, new_owner
 from ._sql import Statements
 
-__all__ = ["HeadTexts", "PostgresTurns"]
+__all__ = ["PostgresTurns"]
 
 log = logging.getLogger("intention_kernel.postgres")
 
@@ -63,42 +61,6 @@ class _ReadOnly:
     read-only session."""
 
     row: Any
-
-
-class HeadTexts:
-    """thread id -> the result text this process last committed on it, within ``limit``
-    bytes. A head whose stored text is equal to it was written by our own encoder (see
-    ``decode_own_model``)."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.written: dict[str, str] = {}
-        self.written_bytes = 0
-
-    def checkpoint(self, row: Any, thread_id: str) -> KernelCheckpoint | None:
-        """The checkpoint of a row's ``head_result``."""
-        if row is None or row["head_result"] is None:
-            return None
-        text = row["head_result"]
-        decode = decode_own_model if self.written.get(thread_id) == text else decode_model
-        result = decode(DurableTurnResult, text, what="checkpoint", thread_id=thread_id)
-        return result.checkpoint
-
-    def remember(self, thread_id: str, text: str) -> None:
-        """Keep ``text`` as the thread's last commit, within ``limit`` (the least recently
-        committed threads go first; a text larger than the bound is not kept)."""
-        written = self.written
-        old = written.pop(thread_id, None)
-        if old is not None:
-            self.written_bytes -= sys.getsizeof(old)
-        size = sys.getsizeof(text)
-        if size > self.limit:
-            return
-        self.written_bytes += size
-        while self.written_bytes > self.limit:
-            oldest = next(iter(written))
-            self.written_bytes -= sys.getsizeof(written.pop(oldest))
-        written[thread_id] = text
 
 
 class PostgresTurns:
