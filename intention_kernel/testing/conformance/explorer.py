@@ -47,7 +47,7 @@ from ...contracts.errors import (
 )
 from ...contracts.receipts import EffectAuthority, EffectExecution, ReceiptStatus
 from ...contracts.turns import DurableTurnResult
-from ._support import effect, make_events, make_result, turn_storage
+from ._support import effect, latest_checkpoint, make_events, make_result, turn_storage
 
 __all__ = [
     "KINDS",
@@ -501,7 +501,7 @@ async def _check(
         problems.append("I1: the duplicate delivery ran a committed turn again")
     if by is None and error_b is None:
         problems.append("I4: the duplicate delivery returned but nothing is stored")
-    checkpoint = await store.load_checkpoint(thread_id)
+    checkpoint = await latest_checkpoint(store, thread_id)
     revision = 0 if checkpoint is None else checkpoint.revision
     if revision != (2 if stored is not None else 1):
         problems.append(f"I3: head revision {revision} after {'a' if stored else 'no'} commit")
