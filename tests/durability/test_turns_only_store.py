@@ -59,12 +59,38 @@ class TestTurnsOnlyStore(TurnConformance):
         return TurnsOnlyHarness()
 
 
-class TestTurnsOnlyStoreLacksHistory(HistoryConformance):
-    """Every history test is skipped by the role's name (none passes silently)."""
+def test_a_history_test_on_a_turns_only_store_is_skipped_by_the_role_name() -> None:
+    suite: Any = HistoryConformance()
+    with pytest.raises(pytest.skip.Exception, match="needs the history storage role"):
+        suite.test_reconcile_uncertain_as_completed_replays_the_value(TurnsOnlyHarness())
 
-    @pytest.fixture
-    def harness(self) -> TurnsOnlyHarness:
-        return TurnsOnlyHarness()
+
+def test_a_store_with_every_role_fails_a_history_test_instead_of_skipping() -> None:
+    """``NOT_SUPPORTED`` from a store whose harness declares the role is a failure."""
+
+    class Declared(TurnsOnlyHarness):
+        roles = frozenset({"turns", "history"})
+
+        async def _open(self, *, lock_timeout: float) -> DurabilityStore:
+            turns = MemoryTurns(self.state, lock_timeout=lock_timeout)
+            lying = DurableStore(turns, lock_timeout=lock_timeout)
+            object.__setattr__(lying.roles, "history", _Refusing())
+            return lying
+
+    suite: Any = HistoryConformance()
+    with pytest.raises(UsageError) as caught:
+        suite.test_reconcile_uncertain_as_completed_replays_the_value(Declared())
+    assert caught.value.code is ErrorCode.NOT_SUPPORTED
+
+
+class _Refusing:
+    """A history role whose every member refuses as a missing role would."""
+
+    def __getattr__(self, name: str) -> Any:
+        async def refuse(*args: object) -> None:
+            raise UsageError("refused", code=ErrorCode.NOT_SUPPORTED, context={"role": "history"})
+
+        return refuse
 
 
 def test_turn_storage_is_eight_members() -> None:

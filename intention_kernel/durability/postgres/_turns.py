@@ -11,7 +11,6 @@ import logging
 import random
 from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -32,8 +31,8 @@ from .._documents import decode_model, decode_turn, encode_model
 from .._ledger import EffectStart, start_effect
 from .._settle import settle
 from ..storage import OpenedTurn, StoredTurn, TurnCommit
+from ._acquire import Acquired, ReadOnly, acquire_statement, replay_read_only
 from ._connection import PgConnection
-from ._errors import bounded
 from ._heads import HeadTexts
 from ._lease import Heartbeat, LeaseSettings, PgLease, new_owner
 from ._sql import Statements
@@ -41,26 +40,6 @@ from ._sql import Statements
 __all__ = ["PostgresTurns"]
 
 log = logging.getLogger("intention_kernel.postgres")
-
-
-@dataclass(frozen=True, slots=True)
-class _Acquired:
-    """What one acquire statement returned."""
-
-    lease: PgLease | None
-    trusted: bool
-    """The row's checkpoint is current (see ``_try_acquire``): no ``load`` statement needed."""
-    row: Any
-    sent: float
-    """Loop time the statement was sent: the lease is proven held until ``sent + ttl``."""
-
-
-@dataclass(frozen=True, slots=True)
-class _ReadOnly:
-    """The replay SELECT's row (``None``: not committed), sent instead of the acquire on a
-    read-only session."""
-
-    row: Any
 
 
 class PostgresTurns:
@@ -89,49 +68,13 @@ class PostgresTurns:
         # Lease releases that outlive a cancelled caller; ``close`` waits for them.
         self._background: set[asyncio.Task[None]] = set()
 
-    async def _replay_read_only(self, thread_id: str, turn_id: str, refusal: Any) -> _Acquired:
-        """On a read-only session: a committed turn is read with a plain SELECT (it replays
-        there); any other turn is refused as the write would have been."""
-        row = await self._db.fetchrow(self._sql.replay, thread_id, turn_id)
-        if row is None:
-            raise refusal
-        return _Acquired(None, False, row, 0.0)
-
-    async def _acquire_statement(self, thread_id: str, turn_id: str, owner: str) -> Any:
-        """The acquire statement, or the replay SELECT (its row wrapped in ``_ReadOnly``) when
-        the pooled session says it is read-only (``default_transaction_read_only``, a hot standby:
-        both reported by the server on every connection since PostgreSQL 14)."""
-        sql = self._sql
-
-        async def statement(conn: Any, seconds: float) -> Any:
-            settings = conn.get_settings()
-            if (
-                getattr(settings, "default_transaction_read_only", "off") == "on"
-                or getattr(settings, "in_hot_standby", "off") == "on"
-            ):
-                return _ReadOnly(
-                    await conn.fetchrow(sql.replay, thread_id, turn_id, timeout=seconds)
-                )
-            return await conn.fetchrow(
-                sql.acquire,
-                thread_id,
-                turn_id,
-                owner,
-                self.lease_settings.ttl,
-                True,
-                timeout=seconds,
-            )
-
-        run = self._db.lanes.run
-        return await bounded(lambda t: run(statement, t), self._db.statement_timeout)
-
-    async def _try_acquire(
-        self, thread_id: str, turn_id: str, *, skip_committed: bool
-    ) -> _Acquired:
+    async def _try_acquire(self, thread_id: str, turn_id: str, *, skip_committed: bool) -> Acquired:
         owner = new_owner()
         sent = asyncio.get_running_loop().time()
         statement = (
-            self._acquire_statement(thread_id, turn_id, owner)
+            acquire_statement(
+                self._db, self._sql, self.lease_settings.ttl, thread_id, turn_id, owner
+            )
             if skip_committed
             else self._db.fetchrow(
                 self._sql.acquire, thread_id, turn_id, owner, self.lease_settings.ttl, False
@@ -143,12 +86,12 @@ class PostgresTurns:
             if isinstance(exc, KernelError) and not exc.retryable:
                 if skip_committed and exc.code is ErrorCode.STORE_READ_ONLY:
                     # Read-only without the server saying so (a pooler in between).
-                    return await self._replay_read_only(thread_id, turn_id, exc)
+                    return await replay_read_only(self._db, self._sql, thread_id, turn_id, exc)
                 raise  # refused outright: it took nothing
             # Timed out, connection lost or cancelled: it may have taken the lease all the same.
             await self._give_back(thread_id, owner)
             raise
-        if isinstance(row, _ReadOnly):  # the replay SELECT: nothing was taken
+        if isinstance(row, ReadOnly):  # the replay SELECT: nothing was taken
             if cancel is not None:
                 raise cancel
             if row.row is None:
@@ -157,7 +100,7 @@ class PostgresTurns:
                     code=ErrorCode.STORE_READ_ONLY,
                     context={"thread_id": thread_id},
                 )
-            return _Acquired(None, False, row.row, sent)
+            return Acquired(None, False, row.row, sent)
         if cancel is not None:
             if row["epoch"] is not None:
                 await self._give_back(thread_id, owner)
@@ -168,7 +111,7 @@ class PostgresTurns:
         trusted = lease is not None and (
             (row["seen_rows"] == 0 and lease.epoch == 1) or row["released_epoch"] == lease.epoch - 1
         )
-        return _Acquired(lease, trusted, row, sent)
+        return Acquired(lease, trusted, row, sent)
 
     async def _give_back(self, thread_id: str, owner: str) -> None:
         """Release the lease the acquisition by ``owner`` may have taken, to the end of the
@@ -192,7 +135,7 @@ class PostgresTurns:
         task.add_done_callback(self._background.discard)
         return task
 
-    async def _wait_for_lease(self, thread_id: str, turn_id: str) -> _Acquired:
+    async def _wait_for_lease(self, thread_id: str, turn_id: str) -> Acquired:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.lock_timeout
         delay = 0.005
@@ -240,7 +183,7 @@ class PostgresTurns:
             yield lease
 
     @asynccontextmanager
-    async def _holding(self, acquired: _Acquired) -> AsyncIterator[PgLease]:
+    async def _holding(self, acquired: Acquired) -> AsyncIterator[PgLease]:
         """Hold an acquired lease for the block: renewed by a heartbeat, released after."""
         lease = acquired.lease
         assert lease is not None
