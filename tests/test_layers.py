@@ -311,14 +311,15 @@ TESTING_USERS = ("intention_kernel/examples",)
 ``ScriptedModelGateway`` (it is a runnable demo, not a component a host builds on)."""
 
 CRASH_POINT_SITES = {
-    "intention_kernel.durability.engine",
+    "intention_kernel.durability._scope",
     "intention_kernel.durability.memory._adapter",
-    "intention_kernel.durability.sqlite._adapter",
-    "intention_kernel.durability.postgres._adapter",
+    "intention_kernel.durability.sqlite._turns",
+    "intention_kernel.durability.postgres._turns",
     "intention_kernel.relay._relay",
 }
-"""The production modules that call ``crash_point`` (the store's commit and effect steps, each
-adapter's, the relay's delivery); ``testing/`` arms them. A new site is a deliberate change."""
+"""The production modules that call ``crash_point`` (the turn scope's commit and effect steps,
+each backend's turn storage, the relay's delivery); ``testing/`` arms them. A new site is a
+deliberate change."""
 
 
 def test_production_code_never_imports_the_testing_package() -> None:
@@ -394,20 +395,6 @@ def test_the_new_rules_catch_what_they_name() -> None:
 
 # ---------------------------------------------------------------- no import cycles
 
-TEMPORARY_CYCLES: frozenset[frozenset[str]] = frozenset(
-    {
-        frozenset(
-            {
-                "intention_kernel.durability.memory._adapter",
-                "intention_kernel.durability.memory._inspect",
-                "intention_kernel.durability.memory._outbox",
-            }
-        ),
-    }
-)
-"""The only cycle still allowed, and only until the memory adapter is built of role objects
-(issue 27): delete this set, and its use below, when that lands."""
-
 
 def import_graph(*, runtime: bool) -> dict[str, set[str]]:
     """Module -> the package's modules it imports. ``from a import b`` is ``a.b`` when that
@@ -482,10 +469,7 @@ def test_the_package_has_no_import_cycle(runtime: bool) -> None:
     """A cycle makes import order matter and hides which module is the lower one; type-only
     imports count too, so the layering reads the same for a type checker."""
     found = cycles(import_graph(runtime=runtime))
-    assert sorted(sorted(c) for c in found - TEMPORARY_CYCLES) == []
-    if not runtime:
-        gone = TEMPORARY_CYCLES - found
-        assert not gone, "this cycle is gone: delete it from TEMPORARY_CYCLES"
+    assert sorted(sorted(c) for c in found) == []
 
 
 def test_the_cycle_finder_sees_a_cycle_and_only_a_cycle() -> None:

@@ -301,13 +301,18 @@ MODELS = [
 
 DURABILITY = [
     "DurabilityEngine",
+    "DurableStore",
+    "HistoryStorage",
+    "InspectionStorage",
     "Lease",
     "MemoryDurability",
     "MemoryStore",
     "OpenedTurn",
+    "OutboxStorage",
     "Reconciliation",
     "StoredTurn",
     "TurnCommit",
+    "TurnStorage",
     "open_durability",
 ]
 
@@ -365,14 +370,19 @@ TESTING = [
 ]
 
 CONFORMANCE = [
+    "ROLES",
     "ConformanceHarness",
     "DurabilityConformance",
+    "HistoryConformance",
+    "InspectionConformance",
     "Provider",
+    "TurnConformance",
     "commit_simple",
     "conformance_test",
     "effect",
     "make_events",
     "make_result",
+    "turn_storage",
 ]
 
 EXAMPLE = [
@@ -538,6 +548,8 @@ PUBLIC_MODULES = [
     "intention_kernel.durability.postgres",
     "intention_kernel.durability.rules",
     "intention_kernel.durability.sqlite",
+    "intention_kernel.durability.storage",
+    "intention_kernel.durability.store",
     "intention_kernel.examples",
     "intention_kernel.examples.travel_desk",
     "intention_kernel.examples.travel_desk.agent",

@@ -1,6 +1,6 @@
 """The pure rules an adapter applies inside its transactions, for adapter authors.
 
-A ``storage_*`` hook of ``DurabilityEngine`` reads what it needs, asks one of these functions
+A storage role member (``storage.py``) reads what it needs, asks one of these functions
 what to write, and writes exactly that. Being pure (no I/O, the clock passed in), each rule is
 table-tested once and every store decides the same way.
 """

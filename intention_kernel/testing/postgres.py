@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 
@@ -20,7 +20,6 @@ from .conformance import ConformanceHarness
 
 __all__ = [
     "PostgresHarness",
-    "UnfencedPostgresDurability",
     "drop_schema",
     "postgres_dsn",
     "require_postgres",
@@ -55,13 +54,6 @@ def require_postgres(dsn: str | None = None) -> str:
 
 def scratch_schema(prefix: str = "ik_test") -> str:
     return f"{prefix}_{new_id('s').split('_', 1)[1]}"
-
-
-class UnfencedPostgresDurability(PostgresDurability):
-    """A deliberately broken store: writes skip the lease check and a lost lease goes
-    unnoticed. Fault tests run it to prove they would catch a missing fence."""
-
-    _fenced: ClassVar[bool] = False
 
 
 async def revoke_lease(store: PostgresDurability, thread_id: str) -> None:

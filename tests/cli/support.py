@@ -28,6 +28,7 @@ from intention_kernel.contracts import (
 )
 from intention_kernel.contracts.checkpoint import AgendaItem, FactRecord, Interaction
 from intention_kernel.durability.sqlite import SQLiteDurability
+from intention_kernel.testing.conformance import turn_storage
 
 __all__ = [
     "Provider",
@@ -176,13 +177,13 @@ async def interrupted_turn(
     """A turn whose charge is made but whose ``completed`` write is lost (the store keeps
     failing): the turn raises, nothing commits and the receipt stays ``prepared``."""
     patched: Any = store
+    turns = turn_storage(store)
 
     async def lost(*args: object) -> None:
         raise DurabilityError("connection lost", code=ErrorCode.STORE_UNAVAILABLE, retryable=True)
 
-    patched.storage_finish_effect = lost
-    if hasattr(patched, "record_retry_seconds"):
-        patched.record_retry_seconds = 0.05
+    turns.finish_effect = lost
+    patched.record_retry_seconds = 0.05
     try:
         await commit_turn(store, thread_id, turn_id, charge=(key, provider))
     except (DurabilityError, EffectUncertainError):
@@ -190,7 +191,7 @@ async def interrupted_turn(
     else:  # pragma: no cover
         raise AssertionError("expected the turn to fail")
     finally:
-        del patched.storage_finish_effect
+        del turns.finish_effect
 
 
 def sql(path: Path, statement: str, args: Sequence[Any] = ()) -> list[Any]:

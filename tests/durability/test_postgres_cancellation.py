@@ -27,14 +27,16 @@ from intention_kernel.contracts.events import KernelEvent
 from intention_kernel.contracts.turns import DurableTurnResult
 from intention_kernel.durability._documents import encode_model
 from intention_kernel.durability._ledger import start_effect
-from intention_kernel.durability.engine import TurnCommit
 from intention_kernel.durability.postgres import PostgresDurability
+from intention_kernel.durability.postgres._sql import Statements
+from intention_kernel.durability.storage import TurnCommit
 from intention_kernel.testing.conformance import (
     Provider,
     commit_simple,
     effect,
     make_events,
     make_result,
+    turn_storage,
 )
 
 from .conftest import open_store
@@ -85,7 +87,7 @@ async def test_a_renewal_that_cannot_finish_loses_the_lease_within_the_ttl(
 
     async def parked(scope: TurnScope) -> None:
         if blocker == "exhausted_pool":  # the store's only connection, held by other work
-            held = store._lanes.connection()
+            held = store.connection.lanes.connection()
             await held.__aenter__()
             taken.append(held)
         else:
@@ -192,18 +194,18 @@ async def test_a_released_lease_refuses_a_late_write(dsn: str, schema: str) -> N
     assert await lease_released(dsn, schema, "t1")
     late = turn_commit(store, result)
     with pytest.raises(LeaseLostError):
-        await store.storage_commit(lease, late)
+        await turn_storage(store).commit(lease, late)
     with pytest.raises(LeaseLostError):
-        await store._write_receipt(lease, receipt, None)
+        await turn_storage(store)._write_receipt(lease, receipt, None)
     with pytest.raises(LeaseLostError):
-        await store.storage_begin_effect(lease, "turn-1", identity, datetime.now(UTC))
+        await turn_storage(store).begin_effect(lease, "turn-1", identity, datetime.now(UTC))
     assert await store.get_turn("t1", "turn-1") is None
     assert await store.get_receipt("t1", identity.idempotency_key) is None
 
     other = await open_store(dsn, schema)
     taken, _, _ = await commit_simple(other, "t1", "turn-2")  # a takeover in between
     with pytest.raises(LeaseLostError):
-        await store.storage_commit(lease, late)
+        await turn_storage(store).commit(lease, late)
     head = await store.load_checkpoint("t1")
     assert head == taken.checkpoint  # never overwritten by the old token
     assert await store.get_turn("t1", "turn-1") is None
@@ -219,10 +221,12 @@ async def test_the_release_waits_for_a_write_still_in_flight(dsn: str, schema: s
             receipt = start_effect(
                 None, identity, thread_id="t1", turn_id="turn-1", now=datetime.now(UTC)
             ).receipt
-            busy = store._lanes.connection()  # the open connection: the write opens another
+            busy = (
+                store.connection.lanes.connection()
+            )  # the open connection: the write opens another
             await busy.__aenter__()
             lease = scope._held()
-            write = asyncio.ensure_future(store._write_receipt(lease, receipt, None))
+            write = asyncio.ensure_future(turn_storage(store)._write_receipt(lease, receipt, None))
             await asyncio.sleep(0)  # the write is on its way (connecting)
             await busy.__aexit__(None, None, None)  # the release could take this one at once
         assert write.done()  # the turn ended only after its write: the release came last
@@ -296,12 +300,12 @@ async def test_a_repeated_commit_is_a_typed_conflict(dsn: str, schema: str) -> N
     async with store.turn("t1", "turn-2") as scope:
         lease = scope._held()
         commit = turn_commit(store, make_result(scope))
-        await store.storage_commit(lease, commit)
+        await turn_storage(store).commit(lease, commit)
         assert lease.released  # the commit released the lease in its own statement
         with pytest.raises(TurnConflictError) as caught:
             # Fenced by that release; the lease was released by this very commit and the turn
             # is in: the engine compares the stored result with its own.
-            await store.storage_commit(lease, commit)
+            await turn_storage(store).commit(lease, commit)
         assert caught.value.code == ErrorCode.TURN_ALREADY_COMMITTED
     conn = await asyncpg.connect(dsn)
     try:  # set the head back behind the adapter: the turn row itself refuses the repeat
@@ -310,11 +314,11 @@ async def test_a_repeated_commit_is_a_typed_conflict(dsn: str, schema: str) -> N
         )
         async with store.turn("t1", "turn-3") as scope:
             with pytest.raises(TurnConflictError) as caught:
-                await store.storage_commit(scope._held(), commit)
+                await turn_storage(store).commit(scope._held(), commit)
             assert caught.value.code == ErrorCode.TURN_ALREADY_COMMITTED
             other = turn_commit(store, commit.result.model_copy(update={"turn_id": "turn-3"}))
             with pytest.raises(TurnConflictError) as caught:
-                await store.storage_commit(scope._held(), other)  # the revision is taken
+                await turn_storage(store).commit(scope._held(), other)  # the revision is taken
             assert caught.value.code == ErrorCode.CHECKPOINT_REVISION_CONFLICT
     finally:
         await conn.close()
@@ -370,7 +374,9 @@ class _Answering:
 async def test_a_commit_retried_after_an_ambiguous_commit_succeeds(dsn: str, schema: str) -> None:
     store = await open_store(dsn, schema)
     side = await asyncpg.connect(dsn)
-    store._lanes = LostAnswer(store._lanes, store._sql.commit, side, schema)  # type: ignore[assignment]
+    store.connection.lanes = LostAnswer(
+        store.connection.lanes, Statements.render(store.schema).commit, side, schema
+    )  # type: ignore[assignment]
 
     async def operation(scope: TurnScope) -> DurableTurnResult:
         result = make_result(scope)

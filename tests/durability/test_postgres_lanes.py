@@ -42,7 +42,7 @@ async def pool_free(store: PostgresDurability, within: float = 3.0) -> bool:
 
 
 def consistent(store: PostgresDurability) -> None:
-    lanes = store._lanes
+    lanes = store.connection.lanes
     assert len(lanes._idle) <= lanes._open <= lanes._limit
     assert len(set(map(id, lanes._idle))) == len(lanes._idle)  # never twice on the stack
 
@@ -50,10 +50,10 @@ def consistent(store: PostgresDurability) -> None:
 async def test_idle_lanes_go_back_to_the_pool(dsn: str, schema: str) -> None:
     store = await open_store(dsn, schema, max_size=3)
     await asyncio.gather(*(commit_simple(store, f"t{i}", "turn-1") for i in range(6)))
-    assert store._lanes._open >= 1  # kept between statements
+    assert store.connection.lanes._open >= 1  # kept between statements
     consistent(store)
     await asyncio.sleep(IDLE_SECONDS * 2.5)
-    assert store._lanes._open == 0
+    assert store.connection.lanes._open == 0
     assert await pool_free(store, within=0.5)  # all of them, at once
     await commit_simple(store, "t0", "turn-2")  # and the store takes them again
     await store.close()
@@ -67,19 +67,19 @@ async def test_a_busy_store_keeps_the_lanes_it_uses(dsn: str, schema: str) -> No
     while time.monotonic() < ended:  # one statement after another: one lane, reused
         n += 1
         await commit_simple(store, "t1", f"turn-{n}")
-        opened.update(map(id, store._lanes._idle))
+        opened.update(map(id, store.connection.lanes._idle))
     assert len(opened) == 1
     await store.close()
 
 
 async def test_a_server_refusal_keeps_the_connection(dsn: str, schema: str) -> None:
     store = await open_store(dsn, schema, max_size=2)
-    await store._fetchrow("SELECT 1")
-    (kept,) = store._lanes._idle
+    await store.connection.fetchrow("SELECT 1")
+    (kept,) = store.connection.lanes._idle
     with pytest.raises(DurabilityError):
-        await store._fetchrow("SELECT 1 / 0")
-    assert store._lanes._idle == [kept]  # idle and usable: not sent back to the pool
-    assert await store._fetchrow("SELECT 2 AS two") == (2,)
+        await store.connection.fetchrow("SELECT 1 / 0")
+    assert store.connection.lanes._idle == [kept]  # idle and usable: not sent back to the pool
+    assert await store.connection.fetchrow("SELECT 2 AS two") == (2,)
     await store.close()
 
 
@@ -87,12 +87,14 @@ async def test_a_cancelled_statement_sends_its_connection_back_to_the_pool(
     dsn: str, schema: str
 ) -> None:
     store = await open_store(dsn, schema, max_size=1)
-    running = asyncio.ensure_future(store._fetchrow(SLEEP, 5.0))
+    running = asyncio.ensure_future(store.connection.fetchrow(SLEEP, 5.0))
     await asyncio.sleep(0.2)
     running.cancel()
     with pytest.raises(asyncio.CancelledError):
         await running
-    assert store._lanes._open == 0 and not store._lanes._idle  # not reused mid-cancel
+    assert (
+        store.connection.lanes._open == 0 and not store.connection.lanes._idle
+    )  # not reused mid-cancel
     async with asyncio.timeout(5):
         await commit_simple(store, "t1", "turn-1")  # the pool's only connection, cleaned up
     consistent(store)
@@ -105,7 +107,7 @@ async def test_a_timed_out_statement_is_store_busy_and_the_store_recovers(
     store = await open_store(dsn, schema, max_size=1, statement_timeout=0.3)
     started = time.monotonic()
     with pytest.raises(DurabilityError) as caught:
-        await store._fetchrow(SLEEP, 5.0)
+        await store.connection.fetchrow(SLEEP, 5.0)
     assert caught.value.code is ErrorCode.STORE_BUSY and caught.value.retryable
     assert time.monotonic() - started < 1.5
     async with asyncio.timeout(5):
@@ -117,11 +119,11 @@ async def test_waiting_for_a_connection_is_bounded_by_the_statement_budget(
     dsn: str, schema: str
 ) -> None:
     store = await open_store(dsn, schema, max_size=1, statement_timeout=0.3)
-    held = store._lanes.connection()  # other work of the store holds its only connection
+    held = store.connection.lanes.connection()  # other work of the store holds its only connection
     await held.__aenter__()
     started = time.monotonic()
     with pytest.raises(DurabilityError) as caught:
-        await store._fetchrow("SELECT 1")
+        await store.connection.fetchrow("SELECT 1")
     assert caught.value.code is ErrorCode.STORE_BUSY
     assert 0.25 < time.monotonic() - started < 1.0
     consistent(store)
@@ -152,7 +154,7 @@ async def test_many_turns_share_one_connection_in_turn(dsn: str, schema: str) ->
     async def turn(i: int) -> None:
         nonlocal highest
         await commit_simple(store, f"t{i}", "turn-1")
-        highest = max(highest, store._lanes._open)
+        highest = max(highest, store.connection.lanes._open)
 
     async with asyncio.timeout(20):
         await asyncio.gather(*(turn(i) for i in range(30)))
@@ -207,7 +209,7 @@ async def _interleaving(dsn: str, plan: list[Step], size: int) -> None:
             finally:
                 in_use.discard(id(conn))
 
-        await store._lanes.run(call, 2.0)
+        await store.connection.lanes.run(call, 2.0)
 
     try:
         tasks = []
@@ -225,7 +227,7 @@ async def _interleaving(dsn: str, plan: list[Step], size: int) -> None:
         async with asyncio.timeout(5):
             await commit_simple(store, "t1", "turn-1")  # still usable
         await store.close()
-        assert store._lanes._open == 0
+        assert store.connection.lanes._open == 0
     finally:
         await drop_schema(dsn, schema)
 
@@ -253,7 +255,7 @@ async def test_idle_connections_the_server_closed_are_dropped_not_used(
     app = f"ik-lanes-{schema}"
     store = await open_store(dsn, schema, max_size=3, application_name=app)
     await asyncio.gather(*(commit_simple(store, f"t{i}", "turn-1") for i in range(6)))
-    assert store._lanes._idle
+    assert store.connection.lanes._idle
     assert await terminate_store_backends(dsn, app) >= 1
     await asyncio.sleep(0.2)  # the client has seen the connections close
     for i in range(6):  # no turn pays for a connection that was closed while idle
@@ -266,7 +268,7 @@ async def test_connections_closed_under_statements_are_never_lost(dsn: str, sche
     app = f"ik-lanes-{schema}"
     store = await open_store(dsn, schema, max_size=2, application_name=app)
     for _ in range(4):  # more rounds than connections: a lost place would starve the store
-        running = [asyncio.ensure_future(store._fetchrow(SLEEP, 5.0)) for _ in range(2)]
+        running = [asyncio.ensure_future(store.connection.fetchrow(SLEEP, 5.0)) for _ in range(2)]
         await asyncio.sleep(0.3)
         assert await terminate_store_backends(dsn, app) >= 1
         outcomes = await asyncio.gather(*running, return_exceptions=True)
@@ -274,5 +276,5 @@ async def test_connections_closed_under_statements_are_never_lost(dsn: str, sche
         consistent(store)
     async with asyncio.timeout(5):
         await commit_simple(store, "t1", "turn-1")
-    assert store._lanes._open <= 2
+    assert store.connection.lanes._open <= 2
     await store.close()

@@ -19,6 +19,7 @@ from intention_kernel.contracts.errors import ConfigurationError
 from intention_kernel.contracts.events import KernelEvent
 from intention_kernel.contracts.sinks import PublishOutcome
 from intention_kernel.durability.postgres import MIGRATIONS, PostgresDurability
+from intention_kernel.durability.postgres._outbox import OutboxStatements
 from intention_kernel.relay import OutboxRelay
 from intention_kernel.testing.conformance.outbox import (
     OutboxHarness,
@@ -302,7 +303,7 @@ def test_claim_stays_cheap_with_100k_delivered_rows(dsn: str, pg_schema: str) ->
             plan = "\n".join(
                 r[0]
                 for r in await conn.fetch(
-                    f"EXPLAIN {store._outbox_sql.claim}", "relay-a", 100, 30.0
+                    f"EXPLAIN {OutboxStatements(store.schema).claim}", "relay-a", 100, 30.0
                 )
             )
             assert "Seq Scan" not in plan, plan
@@ -376,7 +377,7 @@ def test_claim_work_is_bounded_by_the_batch_with_a_backlog_and_healthy_statistic
                     await tx.rollback()
                 return _rows_visited(json.loads(answer)[0]["Plan"])
 
-            sql = store._outbox_sql
+            sql = OutboxStatements(store.schema)
             assert await visited(sql.claim, "relay-a", 100, 30.0) < 2_000
             # Each round's mark (and a release) probes its rows, not every pending row.
             four = list(range(first, first + 4))

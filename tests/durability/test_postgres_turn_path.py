@@ -20,7 +20,12 @@ from intention_kernel.contracts.errors import (
 )
 from intention_kernel.durability.postgres import PostgresDurability
 from intention_kernel.durability.postgres._lease import PgLease
-from intention_kernel.testing.conformance import commit_simple, make_events, make_result
+from intention_kernel.testing.conformance import (
+    commit_simple,
+    make_events,
+    make_result,
+    turn_storage,
+)
 
 from ._statements import recorded
 from .conftest import open_store
@@ -45,7 +50,7 @@ async def test_a_late_renewal_cannot_take_back_a_released_lease(dsn: str, schema
     await store.with_turn("t1", "turn-1", operation)
     lease = held[0]
     assert lease.released and (await lease_row(store, "t1"))["released"]
-    assert await store._renew(lease) is False  # a renewal sent late finds it released
+    assert await turn_storage(store)._renew(lease) is False  # a renewal sent late finds it released
     assert (await lease_row(store, "t1"))["released"]
     await store.close()
 
@@ -189,20 +194,20 @@ async def test_replay_on_a_read_only_session_the_server_did_not_announce(
 async def test_the_committed_text_cache_is_bounded_by_bytes(dsn: str, schema: str) -> None:
     probe = await open_store(dsn, schema)
     await commit_simple(probe, "probe", "turn-1")
-    one = probe._written_bytes
+    one = probe.head_texts.written_bytes
     await probe.close()
     bound = one * 3 + one // 2  # room for three threads' texts
     store = await open_store(dsn, schema, head_cache_bytes=bound)
     for n in range(10):
         await commit_simple(store, f"thread-{n}", "turn-1")
-        assert store._written_bytes <= bound
-    assert list(store._written) == ["thread-7", "thread-8", "thread-9"]  # the latest ones
+        assert store.head_texts.written_bytes <= bound
+    assert list(store.head_texts.written) == ["thread-7", "thread-8", "thread-9"]  # the latest ones
     loaded = await store.load_checkpoint("thread-0")  # evicted: decoded the precise way
     assert loaded is not None and loaded.revision == 1
     await store.close()
     none = await open_store(dsn, schema, head_cache_bytes=0)
     await commit_simple(none, "thread-0", "turn-2")
-    assert none._written == {} and none._written_bytes == 0
+    assert none.head_texts.written == {} and none.head_texts.written_bytes == 0
     await none.close()
 
 

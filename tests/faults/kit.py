@@ -39,8 +39,10 @@ from intention_kernel.contracts.errors import KernelError, LeaseLostError
 from intention_kernel.contracts.receipts import EffectAuthority
 from intention_kernel.crashpoints import CrashPoint, kill_at, set_crash_hook
 from intention_kernel.durability.postgres import PostgresDurability
+from intention_kernel.durability.postgres._sql import Statements
+from intention_kernel.durability.postgres._turns import PostgresTurns
+from intention_kernel.durability.store import DurableStore
 from intention_kernel.testing.conformance import effect, make_events, make_result
-from intention_kernel.testing.postgres import UnfencedPostgresDurability
 
 __all__ = [
     "EVENTS",
@@ -245,10 +247,32 @@ def run_worker(spec: WorkerSpec) -> None:
     asyncio.run(_worker(spec))
 
 
+def unfenced(store: PostgresDurability) -> DurableStore[Any]:
+    """A deliberately broken store over ``store``'s connection: its turns' writes skip the
+    lease check and a lost lease goes unnoticed (``PostgresTurns`` over statements rendered
+    without fencing). Fault tests run it to prove they would catch a missing fence."""
+    turns = PostgresTurns(
+        store.connection,
+        Statements.render(store.schema, fencing=False),
+        store.head_texts,
+        lease_settings=store.lease_settings,
+        lock_timeout=store.lock_timeout,
+        json_limits=store.json_limits,
+    )
+    roles = store.roles
+    return DurableStore(
+        turns,
+        history=roles.history,
+        outbox=roles.outbox,
+        inspection=roles.inspection,
+        lock_timeout=store.lock_timeout,
+        json_limits=store.json_limits,
+    )
+
+
 async def _worker(spec: WorkerSpec) -> None:
     pid = os.getpid()
-    kind = UnfencedPostgresDurability if spec.unfenced else PostgresDurability
-    store = await kind.open(
+    opened = await PostgresDurability.open(
         spec.dsn,
         schema=spec.schema,
         lease_ttl=spec.lease_ttl,
@@ -257,6 +281,7 @@ async def _worker(spec: WorkerSpec) -> None:
         max_size=3,
         **spec.options,
     )
+    store: DurableStore[Any] = unfenced(opened) if spec.unfenced else opened
     try:
         for turn in spec.turns:
             if spec.deadline is not None and time.monotonic() > spec.deadline:
@@ -273,7 +298,7 @@ async def _worker(spec: WorkerSpec) -> None:
 
 
 async def _one_turn(
-    store: PostgresDurability, spec: WorkerSpec, turn: TurnSpec, pid: int
+    store: DurableStore[Any], spec: WorkerSpec, turn: TurnSpec, pid: int
 ) -> dict[str, Any]:
     async def operation(scope: TurnScope) -> dict[str, Any]:
         if scope.prior_result is not None:

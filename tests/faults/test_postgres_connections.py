@@ -37,7 +37,7 @@ async def opened(dsn: str, schema: str, **options: Any) -> AsyncIterator[Postgre
 
 
 def app_of(store: PostgresDurability) -> str:
-    return str(store._pool._connect_kwargs["server_settings"]["application_name"])
+    return str(store.pool._connect_kwargs["server_settings"]["application_name"])
 
 
 def turn_op(

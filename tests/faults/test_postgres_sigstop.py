@@ -1,6 +1,7 @@
 """F9: a lease holder paused (SIGSTOP) past its TTL is fenced after another worker took over.
 
-The same run with fencing switched off (``UnfencedPostgresDurability``) must report violations,
+The same run with fencing switched off (``kit.unfenced``: ``PostgresTurns`` over statements
+rendered without fencing) must report violations,
 or the test would prove nothing.
 """
 

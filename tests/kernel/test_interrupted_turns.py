@@ -33,7 +33,7 @@ def other_worker(durability: DurabilityStore) -> DurabilityStore:
     from intention_kernel.durability.postgres import PostgresDurability
 
     assert isinstance(durability, PostgresDurability)
-    return PostgresDurability(durability._pool, schema=durability.schema)
+    return PostgresDurability(durability.pool, schema=durability.schema)
 
 
 @pytest.mark.parametrize("kind", ["cancel", "timeout"])

@@ -21,6 +21,7 @@ from intention_kernel.contracts import (
     UsageError,
 )
 from intention_kernel.kernel import Kernel
+from intention_kernel.testing.conformance import turn_storage
 
 from .support import support_agent
 from .writes import CHARGE, REFUND, Payments, accept, payments_world
@@ -34,15 +35,18 @@ NOT_THROUGH = (
 
 
 def count_reads(monkeypatch: pytest.MonkeyPatch, durability: DurabilityStore) -> list[str]:
-    """Wrap the adapter's receipt read (what ``TurnScope.receipts`` uses); returns the log."""
+    """Wrap the adapter's receipt read (``TurnStorage.get_receipt``, what
+    ``TurnScope.receipts`` uses); returns the log."""
     reads: list[str] = []
-    original = durability.get_receipt
+    turns = turn_storage(durability)
+    original = turns.get_receipt
 
     async def counting(thread_id: str, idempotency_key: str) -> EffectReceipt | None:
         reads.append(idempotency_key)
-        return await original(thread_id, idempotency_key)
+        receipt: EffectReceipt | None = await original(thread_id, idempotency_key)
+        return receipt
 
-    monkeypatch.setattr(durability, "get_receipt", counting)
+    monkeypatch.setattr(turns, "get_receipt", counting)
     return reads
 
 

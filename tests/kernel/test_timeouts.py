@@ -43,6 +43,7 @@ from intention_kernel.kernel import (
     TurnResult,
     define_capability,
 )
+from intention_kernel.testing.conformance import turn_storage
 
 from .support import World, make_world, support_agent
 from .writes import CHARGE, CHARGE_42, REFUND, Charge, Payments, Receipt, accept
@@ -128,7 +129,7 @@ def slow_completion(
     """The store records ``completed`` durably, then takes ``delay`` to acknowledge it (a slow
     fsync or network round trip). Returns an event set once that write has ended."""
     store: Any = durability
-    original = store.storage_finish_effect
+    original = turn_storage(store).finish_effect
     ended = asyncio.Event()
 
     async def finish(lease: Any, receipt: EffectReceipt, value_json: str | None) -> None:
@@ -139,7 +140,7 @@ def slow_completion(
             finally:
                 ended.set()
 
-    monkeypatch.setattr(store, "storage_finish_effect", finish)
+    monkeypatch.setattr(turn_storage(store), "finish_effect", finish)
     return ended
 
 
@@ -153,7 +154,7 @@ def slow_begin(
     """The first effect start of the test waits ``before`` writing ``prepared`` and/or ``after``
     it (so a timeout stops it before the provider is called)."""
     store: Any = durability
-    original = store.storage_begin_effect
+    original = turn_storage(store).begin_effect
     slowed: list[str] = []
 
     async def begin(lease: Any, turn_id: str, identity: EffectIdentity, *more: Any) -> Any:
@@ -166,7 +167,7 @@ def slow_begin(
             await asyncio.sleep(after)
         return start
 
-    monkeypatch.setattr(store, "storage_begin_effect", begin)
+    monkeypatch.setattr(turn_storage(store), "begin_effect", begin)
 
 
 Then = Callable[[CapabilityContext, Charge], Awaitable[Any]]
@@ -407,7 +408,7 @@ async def test_a_capability_swallowing_a_store_error_after_the_call_is_uncertain
     durability: DurabilityStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store: Any = durability
-    original = store.storage_finish_effect
+    original = turn_storage(store).finish_effect
 
     async def failing(lease: Any, receipt: EffectReceipt, value_json: str | None) -> None:
         if receipt.status is ReceiptStatus.COMPLETED:
@@ -426,7 +427,7 @@ async def test_a_capability_swallowing_a_store_error_after_the_call_is_uncertain
     world = make_world(durability, agent=support_agent([cap]), ports={"payments": payments})
     world.say("charge 42", CHARGE_42)
     proposed = await world.run("turn-1", "charge 42")
-    monkeypatch.setattr(store, "storage_finish_effect", failing)
+    monkeypatch.setattr(turn_storage(store), "finish_effect", failing)
     result = await world.run("turn-2", "", selection=accept(proposed))
     await assert_uncertain(durability, world, result)
     assert payments.calls == [KEY]
@@ -434,7 +435,7 @@ async def test_a_capability_swallowing_a_store_error_after_the_call_is_uncertain
     # is ``uncertain`` and a later attempt is refused as in doubt, never charged again.
     stored = await durability.get_receipt("t1", KEY)
     assert stored is not None and stored.status is ReceiptStatus.PREPARED
-    monkeypatch.setattr(store, "storage_finish_effect", original)
+    monkeypatch.setattr(turn_storage(store), "finish_effect", original)
     asked = await world.run("turn-3", "charge 42")
     again = await world.run("turn-4", "", selection=accept(asked))
     assert VERIFYING in again.response.text

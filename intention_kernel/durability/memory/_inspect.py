@@ -1,4 +1,4 @@
-"""``StoreInspector`` for the test-only memory store, mixed into ``MemoryDurability``.
+"""``MemoryInspection``: the ``InspectionStorage`` role of the test-only memory store.
 
 It mirrors the SQLite rules so tests of operator tooling can run in memory; the lease is the
 thread's ``asyncio.Lock`` and has no deadline. Uncertain counts include ``prepared`` receipts of
@@ -8,18 +8,14 @@ threads whose lock nobody holds (interrupted, see ``_ledger.needs_operator``).
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from ...contracts.errors import CheckpointCorruptError
 from ...contracts.inspect import LeaseInfo, PruneReport, SchemaInfo, StoreStatus, ThreadSummary
 from ...contracts.receipts import EffectReceipt, ReceiptStatus
 from ...contracts.turns import DurableTurnResult
 from .._documents import PRUNED_TURN, decode_model, is_pruned, unreadable, unreadable_receipt
-from .._ledger import needs_operator
-from ..engine import ThreadQuery
-
-if TYPE_CHECKING:
-    from ._adapter import MemoryStore
+from ..storage import ThreadQuery
+from ._state import MemoryStore
 
 __all__ = ["MemoryInspection"]
 
@@ -27,12 +23,15 @@ _LIVE = (ReceiptStatus.UNCERTAIN, ReceiptStatus.PREPARED)
 
 
 class MemoryInspection:
-    store: MemoryStore
+    """``InspectionStorage`` over a ``MemoryStore``."""
+
+    def __init__(self, state: MemoryStore) -> None:
+        self.state = state
 
     def _receipts(self) -> list[EffectReceipt]:
         """Every receipt; a corrupt one as a placeholder (``uncertain``: it needs an operator)."""
         receipts = []
-        for (thread_id, key), text in self.store.receipts.items():
+        for (thread_id, key), text in self.state.receipts.items():
             try:
                 receipts.append(decode_model(EffectReceipt, text, what="receipt"))
             except CheckpointCorruptError as exc:
@@ -45,10 +44,10 @@ class MemoryInspection:
 
     def _head_fingerprint(self, thread_id: str) -> tuple[str | None, str | None]:
         """``(agent fingerprint, None)`` of the thread's head, or ``(None, why unreadable)``."""
-        head = self.store.heads.get(thread_id)
+        head = self.state.heads.get(thread_id)
         if head is None:
             return None, None
-        turn = self.store.turns.get((thread_id, head[1]))
+        turn = self.state.turns.get((thread_id, head[1]))
         if turn is None:
             return None, "unreadable: the thread's head points at a missing turn"
         try:
@@ -57,17 +56,10 @@ class MemoryInspection:
             return None, unreadable(exc)
         return result.checkpoint.agent_fingerprint, None
 
-    def _lease_held(self, thread_id: str) -> bool:
-        lock = self.store.locks.get(thread_id)
-        return lock is not None and lock.locked()
-
-    def _awaits_operator(self, receipt: EffectReceipt) -> bool:
-        return needs_operator(receipt.status, lease_held=self._lease_held(receipt.thread_id))
-
     def _thread_ids(self) -> set[str]:
-        return set(self.store.heads) | {thread for thread, _ in self.store.receipts}
+        return set(self.state.heads) | {thread for thread, _ in self.state.receipts}
 
-    async def storage_list_threads(self, query: ThreadQuery) -> list[ThreadSummary]:
+    async def list_threads(self, query: ThreadQuery) -> list[ThreadSummary]:
         prefix, after = query.prefix, query.after
         ids = sorted(
             t
@@ -79,10 +71,10 @@ class MemoryInspection:
         for thread_id in ids:
             if len(rows) == query.limit:
                 break
-            head = self.store.heads.get(thread_id)
+            head = self.state.heads.get(thread_id)
             fingerprint, corrupt = self._head_fingerprint(thread_id)
-            committed, pending = self.store.head_facts.get(thread_id, (None, None))
-            commits = [at for (t, _), at in self.store.committed_at.items() if t == thread_id]
+            committed, pending = self.state.head_facts.get(thread_id, (None, None))
+            commits = [at for (t, _), at in self.state.committed_at.items() if t == thread_id]
             summary = ThreadSummary(
                 thread_id=thread_id,
                 revision=0 if head is None else head[0],
@@ -90,12 +82,14 @@ class MemoryInspection:
                 fingerprint=fingerprint,
                 turns=sum(
                     1
-                    for (t, _), row in self.store.turns.items()
+                    for (t, _), row in self.state.turns.items()
                     if t == thread_id and not is_pruned(row.result_json)
                 ),
                 last_commit_at=max(commits, default=None),
                 uncertain_receipts=sum(
-                    1 for r in receipts if r.thread_id == thread_id and self._awaits_operator(r)
+                    1
+                    for r in receipts
+                    if r.thread_id == thread_id and self.state.awaits_operator(r)
                 ),
                 corrupt=corrupt,
                 pending_interaction=pending,
@@ -104,59 +98,59 @@ class MemoryInspection:
                 rows.append(summary)
         return rows
 
-    async def storage_status(self) -> StoreStatus:
-        deliveries = [self.store.deliveries.get(p) for p in range(1, len(self.store.outbox) + 1)]
+    async def status(self) -> StoreStatus:
+        deliveries = [self.state.deliveries.get(p) for p in range(1, len(self.state.outbox) + 1)]
         live = [
-            d for p, d in enumerate(deliveries, start=1) if self.store.outbox[p - 1] is not None
+            d for p, d in enumerate(deliveries, start=1) if self.state.outbox[p - 1] is not None
         ]
         return StoreStatus(
             schema_version=0,
             threads=len(self._thread_ids()),
-            turns=sum(1 for row in self.store.turns.values() if not is_pruned(row.result_json)),
-            uncertain_receipts=sum(1 for r in self._receipts() if self._awaits_operator(r)),
+            turns=sum(1 for row in self.state.turns.values() if not is_pruned(row.result_json)),
+            uncertain_receipts=sum(1 for r in self._receipts() if self.state.awaits_operator(r)),
             undelivered_events=sum(1 for d in live if d is None or not d.done),
             dead_events=sum(1 for d in live if d is not None and d.dead),
             backend="memory",
             corrupt_threads=sum(
-                1 for thread_id in self.store.heads if self._head_fingerprint(thread_id)[1]
+                1 for thread_id in self.state.heads if self._head_fingerprint(thread_id)[1]
             ),
         )
 
-    async def storage_schema_info(self) -> SchemaInfo:
+    async def schema_info(self) -> SchemaInfo:
         return SchemaInfo(version=0, supported=0)
 
-    async def storage_lease_info(self, thread_id: str) -> LeaseInfo:
+    async def lease_info(self, thread_id: str) -> LeaseInfo:
         return LeaseInfo(
             thread_id=thread_id,
-            held=self._lease_held(thread_id),
-            epoch=self.store.epochs.get(thread_id),
+            held=self.state.lease_held(thread_id),
+            epoch=self.state.epochs.get(thread_id),
             mechanism="asyncio.Lock in this process",
         )
 
-    async def storage_prune_records(self, older_than: datetime, dry_run: bool) -> PruneReport:
+    async def prune_records(self, older_than: datetime, dry_run: bool) -> PruneReport:
         report = PruneReport(cutoff=older_than, dry_run=dry_run)
         receipts = self._receipts()
         live = {(r.thread_id, r.turn_id) for r in receipts if r.status in _LIVE}
-        live |= {(thread, head[1]) for thread, head in self.store.heads.items()}
+        live |= {(thread, head[1]) for thread, head in self.state.heads.items()}
         # An unreadable receipt may be live: every turn of its thread is kept.
         unknown = {r.thread_id for r in receipts if (r.error or "").startswith("unreadable")}
-        for key, at in sorted(self.store.committed_at.items(), key=lambda item: item[1]):
-            if at >= older_than or is_pruned(self.store.turns[key].result_json):
+        for key, at in sorted(self.state.committed_at.items(), key=lambda item: item[1]):
+            if at >= older_than or is_pruned(self.state.turns[key].result_json):
                 continue
             if key in live or key[0] in unknown:
                 report.kept_turns += 1
                 continue
             report.turns.append(key)
-        for position, state in sorted(self.store.deliveries.items()):
-            text = self.store.outbox[position - 1]
+        for position, state in sorted(self.state.deliveries.items()):
+            text = self.state.outbox[position - 1]
             if text is None or state.dead or state.delivered_at is None:
                 continue
             if state.delivered_at < older_than:
                 report.events.append(position)
         if not dry_run:
             for key in report.turns:
-                self.store.turns[key].result_json = PRUNED_TURN
+                self.state.turns[key].result_json = PRUNED_TURN
             for position in report.events:
-                self.store.outbox[position - 1] = None
-                del self.store.deliveries[position]
+                self.state.outbox[position - 1] = None
+                del self.state.deliveries[position]
         return report

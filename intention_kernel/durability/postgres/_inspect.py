@@ -15,13 +15,13 @@ corrupt head is reported on its own thread (``ThreadSummary.corrupt``, counted i
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...contracts.inspect import LeaseInfo, PruneReport, SchemaInfo, StoreStatus, ThreadSummary
 from .._documents import PRUNED_TURN, head_problem
-from ..engine import ThreadQuery
+from ..storage import ThreadQuery
+from ._connection import PgConnection
 from ._errors import translated
-from ._lanes import Lanes
 from ._schema import MIGRATIONS
 
 __all__ = ["PostgresInspection", "awaits_operator", "lease_free", "schema_info_of"]
@@ -138,12 +138,11 @@ async def schema_info_of(conn: Any, schema: str) -> SchemaInfo:
 
 
 class PostgresInspection:
-    """The operator hooks of the engine (arguments already checked)."""
+    """``InspectionStorage`` on PostgreSQL (the facade has checked the arguments)."""
 
-    schema: str
-
-    if TYPE_CHECKING:
-        _lanes: Lanes
+    def __init__(self, db: PgConnection) -> None:
+        self._db = db
+        self.schema = db.schema
 
     @property
     def _s(self) -> str:
@@ -157,10 +156,10 @@ class PostgresInspection:
         )
         return int(found) == 2
 
-    async def storage_list_threads(self, query: ThreadQuery) -> list[ThreadSummary]:
+    async def list_threads(self, query: ThreadQuery) -> list[ThreadSummary]:
         s = self._s
         with translated():
-            async with self._lanes.connection() as conn:
+            async with self._db.lanes.connection() as conn:
                 rows = await conn.fetch(
                     f"""
                 WITH chosen AS ({_chosen(s, query)})
@@ -205,10 +204,10 @@ class PostgresInspection:
             for r in rows
         ]
 
-    async def storage_status(self) -> StoreStatus:
+    async def status(self) -> StoreStatus:
         s = self._s
         with translated():
-            async with self._lanes.connection() as conn:
+            async with self._db.lanes.connection() as conn:
                 info = await schema_info_of(conn, self.schema)
                 row = await conn.fetchrow(
                     f"""SELECT
@@ -243,13 +242,13 @@ class PostgresInspection:
             corrupt_threads=int(row["corrupt"]),
         )
 
-    async def storage_schema_info(self) -> SchemaInfo:
-        async with self._lanes.connection() as conn:
+    async def schema_info(self) -> SchemaInfo:
+        async with self._db.lanes.connection() as conn:
             return await schema_info_of(conn, self.schema)
 
-    async def storage_lease_info(self, thread_id: str) -> LeaseInfo:
+    async def lease_info(self, thread_id: str) -> LeaseInfo:
         with translated():
-            async with self._lanes.connection() as conn:
+            async with self._db.lanes.connection() as conn:
                 row = await conn.fetchrow(
                     f"SELECT owner, epoch, expires_at, expires_at > now() AS held"
                     f" FROM {self._s}.leases WHERE thread_id = $1",
@@ -268,11 +267,11 @@ class PostgresInspection:
             mechanism="lease row with expiry, renewed by the holder's heartbeat",
         )
 
-    async def storage_prune_records(self, older_than: datetime, dry_run: bool) -> PruneReport:
+    async def prune_records(self, older_than: datetime, dry_run: bool) -> PruneReport:
         s = self._s
         report = PruneReport(cutoff=older_than, dry_run=dry_run)
         with translated():
-            async with self._lanes.connection() as conn, conn.transaction():
+            async with self._db.lanes.connection() as conn, conn.transaction():
                 rows = await conn.fetch(
                     f"""SELECT t.thread_id, t.turn_id,
                            EXISTS (SELECT 1 FROM {s}.heads h WHERE h.thread_id = t.thread_id

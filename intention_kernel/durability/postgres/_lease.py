@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from ...contracts.errors import ConfigurationError
-from ..engine import Lease
+from ..storage import Lease
 
 __all__ = ["Heartbeat", "LeaseSettings", "PgLease", "new_owner"]
 

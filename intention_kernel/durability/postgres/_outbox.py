@@ -33,7 +33,7 @@ import asyncio
 import logging
 import secrets
 import zlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import asyncpg
 
@@ -46,12 +46,13 @@ from ...contracts.errors import (
 from ...contracts.events import KernelEvent, StoredEvent
 from ...contracts.outbox import OutboxStats
 from .._documents import decode_model, unreadable, unreadable_event
+from ._connection import PgConnection
 
 __all__ = [
     "EVENT_COLUMNS",
     "OutboxStatements",
-    "PostgresOutboxNotifier",
-    "PostgresOutboxSource",
+    "PostgresNotifier",
+    "PostgresOutbox",
     "notify_channel",
 ]
 
@@ -237,21 +238,15 @@ SELECT
              ORDER BY thread_id, position) h)::float8 AS oldest_age"""
 
 
-class PostgresOutboxSource:
-    """The outbox hooks of the engine over the ``outbox`` table (arguments already checked);
-    mixed into ``PostgresDurability``."""
+class PostgresOutbox:
+    """``OutboxStorage`` over the ``outbox`` table (the facade has checked the arguments)."""
 
-    if TYPE_CHECKING:
-        _outbox_sql: OutboxStatements
+    def __init__(self, db: PgConnection, sql: OutboxStatements) -> None:
+        self._db = db
+        self._outbox_sql = sql
 
-        async def _fetchrow(self, sql: str, *args: Any) -> Any: ...
-
-        async def _fetch(self, sql: str, *args: Any) -> list[Any]: ...
-
-        async def _execute_status(self, sql: str, *args: Any) -> int: ...
-
-    async def storage_claim(self, relay_id: str, limit: int, lease: float) -> list[StoredEvent]:
-        rows = await self._fetch(self._outbox_sql.claim, relay_id, limit, lease)
+    async def claim(self, relay_id: str, limit: int, lease: float) -> list[StoredEvent]:
+        rows = await self._db.fetch(self._outbox_sql.claim, relay_id, limit, lease)
         claimed = sorted((stored_event(r) for r in rows), key=lambda e: e.position)
         if all(e.corrupt is None for e in claimed):
             return claimed
@@ -263,20 +258,20 @@ class PostgresOutboxSource:
             if thread_id in broken:
                 given_back.append(stored.position)
             elif stored.corrupt is not None:
-                await self._execute_status(
+                await self._db.execute_status(
                     self._outbox_sql.kill_unreadable, stored.position, relay_id, stored.corrupt
                 )
                 broken.add(thread_id)
             else:
                 events.append(stored)
         if given_back:
-            await self._execute_status(self._outbox_sql.release, given_back, relay_id)
+            await self._db.execute_status(self._outbox_sql.release, given_back, relay_id)
         return events
 
-    async def storage_mark_delivered(self, relay_id: str, positions: list[int]) -> int:
-        return await self._execute_status(self._outbox_sql.mark_delivered, positions)
+    async def mark_delivered(self, relay_id: str, positions: list[int]) -> int:
+        return await self._db.execute_status(self._outbox_sql.mark_delivered, positions)
 
-    async def storage_record_failure(
+    async def record_failure(
         self,
         relay_id: str,
         position: int,
@@ -285,7 +280,7 @@ class PostgresOutboxSource:
         max_attempts: int,
         permanent: bool,
     ) -> StoredEvent | None:
-        row = await self._fetchrow(
+        row = await self._db.fetchrow(
             self._outbox_sql.record_failure,
             position,
             relay_id,
@@ -296,26 +291,26 @@ class PostgresOutboxSource:
         )
         return None if row is None else stored_event(row)
 
-    async def storage_release(self, relay_id: str, positions: list[int]) -> int:
-        return await self._execute_status(self._outbox_sql.release, positions, relay_id)
+    async def release(self, relay_id: str, positions: list[int]) -> int:
+        return await self._db.execute_status(self._outbox_sql.release, positions, relay_id)
 
-    async def storage_requeue(self, positions: list[int] | None, thread_id: str | None) -> int:
-        return await self._execute_status(self._outbox_sql.requeue, positions, thread_id)
+    async def requeue(self, positions: list[int] | None, thread_id: str | None) -> int:
+        return await self._db.execute_status(self._outbox_sql.requeue, positions, thread_id)
 
-    async def storage_dead_letters(self, limit: int) -> list[StoredEvent]:
-        rows = await self._fetch(self._outbox_sql.dead_letters, limit)
+    async def dead_letters(self, limit: int) -> list[StoredEvent]:
+        rows = await self._db.fetch(self._outbox_sql.dead_letters, limit)
         return [stored_event(r) for r in rows]
 
-    async def storage_prune_outbox(self, older_than: float) -> int:
-        return await self._execute_status(self._outbox_sql.prune, older_than)
+    async def prune(self, older_than: float) -> int:
+        return await self._db.execute_status(self._outbox_sql.prune, older_than)
 
-    async def storage_outbox_stats(self) -> OutboxStats:
+    async def stats(self) -> OutboxStats:
         try:
-            row = await self._fetchrow(self._outbox_sql.stats)
+            row = await self._db.fetchrow(self._outbox_sql.stats)
         except DurabilityError as exc:
             if not str(exc.context.get("sqlstate", "")).startswith("22"):
                 raise
-            row = await self._fetchrow(self._outbox_sql.stats_tolerant)  # an unreadable row
+            row = await self._db.fetchrow(self._outbox_sql.stats_tolerant)  # an unreadable row
         age = row["oldest_age"]
         return OutboxStats(
             pending=row["pending"],
@@ -327,39 +322,31 @@ class PostgresOutboxSource:
         )
 
 
-class PostgresOutboxNotifier:
-    """``OutboxNotifier``: the optional ``LISTEN`` wake-up; mixed into ``PostgresDurability``."""
+class PostgresNotifier:
+    """``OutboxNotifier``: the optional ``LISTEN`` wake-up of relays (the facade checks that
+    the store is open)."""
 
-    if TYPE_CHECKING:
-        _outbox_sql: OutboxStatements
-        _pool: Any
-        schema: str
-
-        async def _execute(self, sql: str, *args: Any, deadline: float | None = None) -> None: ...
-
-        async def _fetchrow(self, sql: str, *args: Any) -> Any: ...
-
-        def _check_open(self) -> None: ...
-
-    _listen_dsn: str | None = None
-    _listener: Any = None
-    _notified: asyncio.Event | None = None
-    _reconnect_at: float = 0.0
+    def __init__(self, db: PgConnection, sql: OutboxStatements) -> None:
+        self._db = db
+        self._outbox_sql = sql
+        self.schema = db.schema
+        self._listen_dsn: str | None = None
+        self._listener: Any = None
+        self._notified: asyncio.Event | None = None
+        self._reconnect_at = 0.0
 
     async def set_outbox_notify(self, enabled: bool) -> None:
         """Install (or drop) the trigger that NOTIFYs listening relays when a commit inserts
         outbox events. It adds work to every commit that writes events (see
         ``docs/postgres.md`` for the measured cost), so it is off unless turned on here."""
-        self._check_open()
         sql = self._outbox_sql.notify_on if enabled else self._outbox_sql.notify_off
-        await self._execute(sql)
+        await self._db.execute(sql)
 
     async def outbox_notify_enabled(self) -> bool:
-        self._check_open()
-        row = await self._fetchrow(self._outbox_sql.notify_state)
+        row = await self._db.fetchrow(self._outbox_sql.notify_state)
         return bool(row[0])
 
-    async def _start_listener(self, dsn: str) -> None:
+    async def start_listener(self, dsn: str) -> None:
         """Open the dedicated LISTEN connection and check that a notification comes back; a
         transaction-mode pooler would lose it, so such a setup is refused at start."""
         self._listen_dsn = dsn
@@ -388,7 +375,7 @@ class PostgresOutboxNotifier:
         conn = await asyncpg.connect(self._listen_dsn, statement_cache_size=0, timeout=5)
         try:
             await conn.add_listener(channel, heard)
-            await self._execute("SELECT pg_notify($1, $2)", channel, token)
+            await self._db.execute("SELECT pg_notify($1, $2)", channel, token)
             await asyncio.wait_for(probe.wait(), _PROBE_TIMEOUT)
         except TimeoutError:
             await conn.close()
@@ -404,7 +391,6 @@ class PostgresOutboxNotifier:
         """Return on a notification (or one that came while the relay was busy) or after
         ``max_wait`` seconds. Without ``listen=True``, or while the LISTEN connection is down,
         this is a plain sleep: relays poll."""
-        self._check_open()
         if self._listen_dsn is None:
             await asyncio.sleep(max_wait)
             return
@@ -413,7 +399,7 @@ class PostgresOutboxNotifier:
             self._reconnect_at
         ):
             self._reconnect_at = loop.time() + _RECONNECT_EVERY
-            await self._stop_listener(keep_dsn=True)
+            await self.stop_listener(keep_dsn=True)
             try:
                 await self._open_listener()
             except Exception as exc:  # keep polling; try again later
@@ -429,7 +415,7 @@ class PostgresOutboxNotifier:
                 return
         event.clear()
 
-    async def _stop_listener(self, *, keep_dsn: bool = False) -> None:
+    async def stop_listener(self, *, keep_dsn: bool = False) -> None:
         conn, self._listener, self._notified = self._listener, None, None
         if not keep_dsn:
             self._listen_dsn = None

@@ -1,15 +1,17 @@
 """Reading the PostgreSQL store back: turns, checkpoints, receipts, audit records, outbox.
 
-A mixin of ``PostgresDurability``: the read hooks of the engine, which has checked the
-arguments already. Plain reads, no lease, no transaction.
+``PostgresHistory`` is the ``HistoryStorage`` role (the facade has checked the arguments).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
 
 from ...contracts.checkpoint import KernelCheckpoint
-from ...contracts.errors import CheckpointCorruptError
+from ...contracts.codec import JsonLimits
+from ...contracts.errors import CheckpointCorruptError, LeaseLostError
 from ...contracts.events import StoredEvent
 from ...contracts.receipts import EffectReceipt, ReceiptStatus, ReconciliationRecord
 from ...contracts.turns import DurableTurnResult
@@ -17,15 +19,22 @@ from .._documents import (
     PRUNED_TURN,
     decode_model,
     decode_turn,
+    encode_model,
     unreadable,
     unreadable_receipt,
 )
-from ..engine import StoredTurn
+from .._ledger import resolve_uncertain
+from .._writes import utc_now
+from ..storage import Reconciliation
+from ._connection import PgConnection
+from ._errors import retrying
+from ._heads import HeadTexts
 from ._inspect import lease_free
+from ._lease import PgLease
 from ._outbox import EVENT_COLUMNS, stored_event
 from ._sql import Statements
 
-__all__ = ["PostgresReads", "last_reconciliation", "listed_receipt"]
+__all__ = ["PostgresHistory", "last_reconciliation", "listed_receipt"]
 
 _RECEIPT_COLUMNS = "thread_id, idempotency_key, id, status, updated_at, receipt"
 
@@ -61,33 +70,34 @@ async def last_reconciliation(
     return None if text is None else decode_model(ReconciliationRecord, text, what="reconciliation")
 
 
-class PostgresReads:
-    schema: str
-    _sql: Statements
+class PostgresHistory:
+    """``HistoryStorage`` on PostgreSQL: plain reads (no lease, no transaction), and the
+    reconcile transaction."""
 
-    if TYPE_CHECKING:
+    def __init__(
+        self,
+        db: PgConnection,
+        sql: Statements,
+        heads: HeadTexts,
+        *,
+        json_limits: JsonLimits,
+        clock: Callable[[], datetime] = utc_now,
+    ) -> None:
+        self._db = db
+        self._sql = sql
+        self._heads = heads
+        self.schema = db.schema
+        self.json_limits = json_limits
+        self._clock = clock
 
-        async def _fetchrow(self, sql: str, *args: Any) -> Any: ...
+    async def load_checkpoint(self, thread_id: str) -> KernelCheckpoint | None:
+        row = await self._db.fetchrow(self._sql.load, thread_id, "")
+        return self._heads.checkpoint(row, thread_id)
 
-        async def _fetch(self, sql: str, *args: Any) -> list[Any]: ...
-
-        def _head(self, row: Any, thread_id: str) -> KernelCheckpoint | None: ...
-
-    async def storage_load_checkpoint(self, thread_id: str) -> KernelCheckpoint | None:
-        row = await self._fetchrow(self._sql.load, thread_id, "")
-        return self._head(row, thread_id)
-
-    async def storage_read_turn(self, thread_id: str, turn_id: str) -> StoredTurn | None:
-        row = await self._fetchrow(self._sql.find_turn, thread_id, turn_id)
-        if row is None:
-            return None
-        result = decode_turn(row["result"], thread_id=thread_id, turn_id=turn_id)
-        return StoredTurn(result, row["fingerprint"])
-
-    async def storage_list_turns(
+    async def list_turns(
         self, thread_id: str, after_revision: int, limit: int
     ) -> list[DurableTurnResult]:
-        rows = await self._fetch(
+        rows = await self._db.fetch(
             f'SELECT turn_id, result FROM "{self.schema}".turns'
             " WHERE thread_id = $1 AND revision > $2 AND result <> $4"
             " ORDER BY revision LIMIT $3",
@@ -98,20 +108,7 @@ class PostgresReads:
         )
         return [decode_turn(r["result"], thread_id=thread_id, turn_id=r["turn_id"]) for r in rows]
 
-    async def storage_get_receipt(
-        self, thread_id: str, idempotency_key: str
-    ) -> EffectReceipt | None:
-        row = await self._fetchrow(
-            f'SELECT receipt FROM "{self.schema}".receipts'
-            " WHERE thread_id = $1 AND idempotency_key = $2",
-            thread_id,
-            idempotency_key,
-        )
-        if row is None:
-            return None
-        return decode_model(EffectReceipt, row["receipt"], what="receipt", thread_id=thread_id)
-
-    async def storage_list_receipts(
+    async def list_receipts(
         self, status: ReceiptStatus | None, thread_id: str | None, limit: int
     ) -> list[EffectReceipt]:
         """Oldest update first; ``status=UNCERTAIN`` reads the partial index, plus the
@@ -128,7 +125,7 @@ class PostgresReads:
             where.append(f"thread_id = ${len(args)}")
         args.append(limit)
         clause = f"WHERE {' AND '.join(where)}" if where else ""
-        rows = await self._fetch(
+        rows = await self._db.fetch(
             f'SELECT {_RECEIPT_COLUMNS} FROM "{self.schema}".receipts {clause}'
             f" ORDER BY updated_at, id LIMIT ${len(args)}",
             *args,
@@ -144,7 +141,7 @@ class PostgresReads:
             only = " AND r.thread_id = $2"
         # Two ordered, limited branches: the first keeps to the partial index on 'uncertain';
         # the second finds the prepared receipts whose turn is not running any more.
-        rows = await self._fetch(
+        rows = await self._db.fetch(
             f"""SELECT {_RECEIPT_COLUMNS} FROM (
                 (SELECT {_RECEIPT_COLUMNS} FROM {s}.receipts r
                   WHERE r.status = 'uncertain'{only} ORDER BY r.updated_at, r.id LIMIT $1)
@@ -157,7 +154,7 @@ class PostgresReads:
         )
         return [listed_receipt(r) for r in rows]
 
-    async def storage_reconciliations(
+    async def reconciliations(
         self, thread_id: str | None, idempotency_key: str | None
     ) -> list[ReconciliationRecord]:
         where: list[str] = []
@@ -169,7 +166,7 @@ class PostgresReads:
             args.append(idempotency_key)
             where.append(f"idempotency_key = ${len(args)}")
         clause = f"WHERE {' AND '.join(where)}" if where else ""
-        rows = await self._fetch(
+        rows = await self._db.fetch(
             f'SELECT record FROM "{self.schema}".reconciliations {clause} ORDER BY position',
             *args,
         )
@@ -177,7 +174,7 @@ class PostgresReads:
             decode_model(ReconciliationRecord, r["record"], what="reconciliation") for r in rows
         ]
 
-    async def storage_read_outbox(
+    async def read_outbox(
         self, thread_id: str | None, turn_id: str | None, after_position: int, limit: int
     ) -> list[StoredEvent]:
         """Events by ``position``. Positions are unique and ordered within a thread; across
@@ -192,9 +189,73 @@ class PostgresReads:
             args.append(turn_id)
             where.append(f"turn_id = ${len(args)}")
         args.append(limit)
-        rows = await self._fetch(
+        rows = await self._db.fetch(
             f'SELECT {EVENT_COLUMNS} FROM "{self.schema}".outbox'
             f" WHERE {' AND '.join(where)} ORDER BY position LIMIT ${len(args)}",
             *args,
         )
         return [stored_event(r) for r in rows]
+
+    async def reconcile(self, decision: Reconciliation, lease: PgLease | None) -> EffectReceipt:
+        s = f'"{self.schema}"'
+        thread_id, idempotency_key = decision.thread_id, decision.idempotency_key
+
+        async def transaction() -> EffectReceipt:
+            async with self._db.lanes.connection() as conn, conn.transaction():
+                await conn.execute("SET LOCAL synchronous_commit = on")
+                if lease is not None and not await conn.fetchval(
+                    f"SELECT EXISTS (SELECT 1 FROM {s}.leases WHERE thread_id = $1"
+                    " AND epoch = $2 AND owner = $3 FOR SHARE)",
+                    thread_id,
+                    lease.epoch,
+                    lease.owner,
+                ):
+                    raise LeaseLostError(context={"thread_id": thread_id, "epoch": lease.epoch})
+                text = await conn.fetchval(
+                    f"SELECT receipt FROM {s}.receipts"
+                    " WHERE thread_id = $1 AND idempotency_key = $2 FOR UPDATE",
+                    thread_id,
+                    idempotency_key,
+                )
+                existing = (
+                    None
+                    if text is None
+                    else decode_model(EffectReceipt, text, what="receipt", thread_id=thread_id)
+                )
+                last = (
+                    await last_reconciliation(conn, self.schema, thread_id, idempotency_key)
+                    if decision.correct
+                    else None
+                )
+                receipt, record = resolve_uncertain(
+                    existing,
+                    decision.outcome,
+                    thread_id=thread_id,
+                    idempotency_key=idempotency_key,
+                    value=decision.value,
+                    note=decision.note,
+                    actor=decision.actor,
+                    now=self._clock(),
+                    holds_lease=lease is not None,
+                    correct=decision.correct,
+                    last=last,
+                )
+                await conn.execute(
+                    f"UPDATE {s}.receipts SET status = $3, updated_at = $4, receipt = $5"
+                    " WHERE thread_id = $1 AND idempotency_key = $2",
+                    thread_id,
+                    idempotency_key,
+                    str(receipt.status),
+                    receipt.updated_at,
+                    encode_model(receipt, limits=self.json_limits, what="receipt"),
+                )
+                await conn.execute(
+                    f"INSERT INTO {s}.reconciliations (thread_id, idempotency_key, record)"
+                    " VALUES ($1, $2, $3)",
+                    thread_id,
+                    idempotency_key,
+                    encode_model(record, what="reconciliation"),
+                )
+                return receipt
+
+        return await retrying(transaction)

@@ -35,11 +35,13 @@ class Statements:
     write_receipt: str
     commit: str
     after_commit: str
+    fencing: bool = True
+    """Whether writes check the lease (and a lost lease cancels the turn)."""
 
     @classmethod
     def render(cls, schema: str, *, fencing: bool = True) -> Statements:
         s = f'"{schema}"'
-        # ``fencing=False`` only for a test subclass that shows the fault tests catch it.
+        # ``fencing=False`` only for a test store that shows the fault tests catch it.
         # A released lease ('-infinity') fences too: a write that arrives after its own
         # release (sent just before a cancel, run after the release) must not land.
         fence = (
@@ -182,4 +184,5 @@ SELECT (SELECT count(*) FROM fence) AS fenced,
 SELECT EXISTS (SELECT 1 FROM {s}.leases WHERE thread_id = $1 AND epoch = $2 AND owner = $3
                AND expires_at = '-infinity') AS released_by_us,
        EXISTS (SELECT 1 FROM {s}.turns WHERE thread_id = $1 AND turn_id = $4) AS committed""",
+            fencing=fencing,
         )

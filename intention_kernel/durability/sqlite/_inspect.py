@@ -19,18 +19,16 @@ import sqlite3
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...contracts.inspect import LeaseInfo, PruneReport, SchemaInfo, StoreStatus, ThreadSummary
 from .._documents import PRUNED_TURN, head_problem
-from ..engine import ThreadQuery
+from ..storage import ThreadQuery
+from ._connection import Connection
 from ._errors import translate_errors
+from ._lease import LockFiles
 from ._location import parse_location
 from ._schema import SCHEMA_VERSION, stored_version
-
-if TYPE_CHECKING:
-    from ._connection import Connection
-    from ._lease import LockFiles
 
 __all__ = [
     "RECEIPT_COLUMNS",
@@ -159,14 +157,13 @@ def _older(text: str | None, cutoff: datetime) -> bool:
 
 
 class SQLiteInspection:
-    """The ``storage_*`` operator hooks of ``SQLiteDurability`` (the engine checked the
-    arguments and that the store is open)."""
+    """``InspectionStorage`` over one SQLite ``Connection`` and the thread lock files."""
 
-    if TYPE_CHECKING:
-        _db: Connection
-        _locks: LockFiles
+    def __init__(self, db: Connection, locks: LockFiles) -> None:
+        self._db = db
+        self._locks = locks
 
-    async def storage_list_threads(self, query: ThreadQuery) -> list[ThreadSummary]:
+    async def list_threads(self, query: ThreadQuery) -> list[ThreadSummary]:
         held = lease_probe(self._locks)
 
         def read(conn: sqlite3.Connection) -> list[ThreadSummary]:
@@ -192,7 +189,7 @@ class SQLiteInspection:
 
         return await self._db.read(read)
 
-    async def storage_status(self) -> StoreStatus:
+    async def status(self) -> StoreStatus:
         held = lease_probe(self._locks)
 
         def read(conn: sqlite3.Connection) -> StoreStatus:
@@ -225,11 +222,11 @@ class SQLiteInspection:
 
         return await self._db.read(read)
 
-    async def storage_schema_info(self) -> SchemaInfo:
+    async def schema_info(self) -> SchemaInfo:
         version = await self._db.read(stored_version)
         return SchemaInfo(version=version, supported=SCHEMA_VERSION, pending=_pending(version))
 
-    async def storage_lease_info(self, thread_id: str) -> LeaseInfo:
+    async def lease_info(self, thread_id: str) -> LeaseInfo:
         row = await self._db.read(
             lambda conn: conn.execute(
                 "SELECT epoch FROM ik_leases WHERE thread_id = ?", (thread_id,)
@@ -246,7 +243,7 @@ class SQLiteInspection:
             mechanism=f"flock on {path} (released when the holding process exits)",
         )
 
-    async def storage_prune_records(self, older_than: datetime, dry_run: bool) -> PruneReport:
+    async def prune_records(self, older_than: datetime, dry_run: bool) -> PruneReport:
 
         def run(conn: sqlite3.Connection) -> PruneReport:
             report = PruneReport(cutoff=older_than, dry_run=dry_run)

@@ -15,20 +15,18 @@ A chosen row that cannot be read back is dead-lettered in the same transaction (
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
 
 from ...contracts.errors import CheckpointCorruptError
 from ...contracts.events import KernelEvent, StoredEvent
 from ...contracts.outbox import OutboxStats
 from .._documents import decode_model, unreadable, unreadable_event
 from .._outbox_rules import Candidate, claimable, failed_attempt
+from .._writes import utc_now
+from ._connection import Connection
 
-if TYPE_CHECKING:
-    from ._connection import Connection
-
-__all__ = ["EVENT_COLUMNS", "SQLiteOutboxSource", "stored_event"]
+__all__ = ["EVENT_COLUMNS", "SQLiteOutbox", "stored_event"]
 
 EVENT_COLUMNS = (
     "position, CAST(document AS BLOB), delivered_at, attempts, last_error, dead,"
@@ -83,16 +81,14 @@ def _read(conn: sqlite3.Connection, positions: Sequence[int]) -> list[StoredEven
     return [stored_event(row) for row in rows if row is not None]
 
 
-class SQLiteOutboxSource:
-    """The ``storage_*`` outbox hooks over the ``ik_outbox`` table; mixed into
-    ``SQLiteDurability`` (the engine checked the arguments and that the store is open)."""
+class SQLiteOutbox:
+    """``OutboxStorage`` over the ``ik_outbox`` table of one SQLite ``Connection``."""
 
-    if TYPE_CHECKING:
-        _db: Connection
+    def __init__(self, db: Connection, *, clock: Callable[[], datetime] = utc_now) -> None:
+        self._db = db
+        self._now = clock
 
-        def _now(self) -> datetime: ...
-
-    async def storage_claim(self, relay_id: str, limit: int, lease: float) -> list[StoredEvent]:
+    async def claim(self, relay_id: str, limit: int, lease: float) -> list[StoredEvent]:
         def claim(conn: sqlite3.Connection) -> list[StoredEvent]:
             now = self._now()
             rows = conn.execute(
@@ -137,7 +133,7 @@ class SQLiteOutboxSource:
 
         return await self._db.write(claim, what="outbox claim")
 
-    async def storage_mark_delivered(self, relay_id: str, positions: list[int]) -> int:
+    async def mark_delivered(self, relay_id: str, positions: list[int]) -> int:
         def mark(conn: sqlite3.Connection) -> int:
             now = self._now()
             before = conn.total_changes
@@ -151,7 +147,7 @@ class SQLiteOutboxSource:
 
         return await self._db.write(mark, what="outbox mark")
 
-    async def storage_record_failure(
+    async def record_failure(
         self,
         relay_id: str,
         position: int,
@@ -183,7 +179,7 @@ class SQLiteOutboxSource:
 
         return await self._db.write(fail, what="outbox failure")
 
-    async def storage_release(self, relay_id: str, positions: list[int]) -> int:
+    async def release(self, relay_id: str, positions: list[int]) -> int:
         def release(conn: sqlite3.Connection) -> int:
             now = _us(self._now())
             before = conn.total_changes
@@ -197,7 +193,7 @@ class SQLiteOutboxSource:
 
         return await self._db.write(release, what="outbox release")
 
-    async def storage_requeue(self, positions: list[int] | None, thread_id: str | None) -> int:
+    async def requeue(self, positions: list[int] | None, thread_id: str | None) -> int:
         reset = (
             "UPDATE ik_outbox SET dead = 0, attempts = 0, next_attempt_at = NULL,"
             " claimed_by = NULL, claimed_until = NULL WHERE dead = 1"
@@ -218,7 +214,7 @@ class SQLiteOutboxSource:
 
         return await self._db.write(requeue, what="outbox requeue")
 
-    async def storage_dead_letters(self, limit: int) -> list[StoredEvent]:
+    async def dead_letters(self, limit: int) -> list[StoredEvent]:
         def read(conn: sqlite3.Connection) -> list[StoredEvent]:
             rows = conn.execute(
                 f"SELECT {EVENT_COLUMNS} WHERE dead = 1 ORDER BY position LIMIT ?", (limit,)
@@ -227,7 +223,7 @@ class SQLiteOutboxSource:
 
         return await self._db.read(read, what="outbox dead letters")
 
-    async def storage_prune_outbox(self, older_than: float) -> int:
+    async def prune(self, older_than: float) -> int:
         def prune(conn: sqlite3.Connection) -> int:
             cutoff = _us(self._now()) - int(older_than * 1_000_000)
             return conn.execute(
@@ -237,7 +233,7 @@ class SQLiteOutboxSource:
 
         return await self._db.write(prune, what="outbox prune")
 
-    async def storage_outbox_stats(self) -> OutboxStats:
+    async def stats(self) -> OutboxStats:
         def read(conn: sqlite3.Connection) -> OutboxStats:
             now = self._now()
             conn.execute("BEGIN")  # one snapshot for every count

@@ -1,4 +1,11 @@
-"""The durability adapter conformance suite: one test per rule of the contract.
+"""The durability adapter conformance suite: one test per rule of the contract, by role.
+
+``TurnConformance`` holds a store's ``TurnStorage`` to rules 1-7 (with cancellation and
+misuse); ``HistoryConformance`` its reads and reconciliation; ``InspectionConformance`` the
+operator queries; ``OutboxSourceConformance`` (``.outbox``) the relay's source.
+``DurabilityConformance`` is all of them plus the cross-role tests (poison data, the public
+face, the stateful model). A test needing a role the harness's store lacks (``roles``) is
+skipped with that role's name.
 
 Any adapter - ours or yours - runs it by subclassing ``DurabilityConformance`` and providing a
 ``harness`` fixture that returns a ``ConformanceHarness``::
@@ -27,6 +34,7 @@ Test names start with the rule they check (``test_rule4_...``). The suite needs 
 """
 
 from ._support import (
+    ROLES,
     ConformanceHarness,
     Provider,
     commit_simple,
@@ -34,6 +42,7 @@ from ._support import (
     effect,
     make_events,
     make_result,
+    turn_storage,
 )
 from .cancellation import Cancellation
 from .interrupted import InterruptedReceipts
@@ -52,18 +61,23 @@ from .stateful import Stateful
 from .thread_filters import ThreadFilters
 
 __all__ = [
+    "ROLES",
     "ConformanceHarness",
     "DurabilityConformance",
+    "HistoryConformance",
+    "InspectionConformance",
     "Provider",
+    "TurnConformance",
     "commit_simple",
     "conformance_test",
     "effect",
     "make_events",
     "make_result",
+    "turn_storage",
 ]
 
 
-class DurabilityConformance(
+class TurnConformance(
     Rule1Serialize,
     Rule2Checkpoint,
     Rule3Replay,
@@ -71,13 +85,28 @@ class DurabilityConformance(
     Rule5Commit,
     Rule6FailedOperation,
     Rule7Restart,
-    Reconcile,
-    InterruptedReceipts,
     Cancellation,
     Misuse,
+):
+    """Rules 1-7 over the ``TurnStorage`` role, with cancellation and misuse. Checks that read
+    back through another role (the outbox rows, the turn list) are skipped by that role's name
+    for a store without it."""
+
+
+class HistoryConformance(Reconcile, InterruptedReceipts):
+    """The ``HistoryStorage`` role: receipt listings, reconciliation and its audit records."""
+
+
+class InspectionConformance(ThreadFilters):
+    """The ``InspectionStorage`` role: thread listings and their filters."""
+
+
+class DurabilityConformance(
+    TurnConformance,
+    HistoryConformance,
+    InspectionConformance,
     PoisonData,
     PublicFace,
     Stateful,
-    ThreadFilters,
 ):
     """Every conformance test. Subclass it (with a ``Test`` prefix) and define ``harness``."""

@@ -15,7 +15,7 @@ from pydantic import JsonValue
 
 from ...contracts.checkpoint import KernelCheckpoint, Message
 from ...contracts.durability import DurabilityStore, TurnScope
-from ...contracts.errors import EffectNotAppliedError
+from ...contracts.errors import EffectNotAppliedError, ErrorCode, UsageError
 from ...contracts.events import EventCategory, KernelEvent
 from ...contracts.ids import new_id
 from ...contracts.receipts import EffectAuthority, EffectExecution, EffectIdentity
@@ -27,11 +27,33 @@ __all__ = [
     "commit_simple",
     "conformance_test",
     "effect",
+    "latest_checkpoint",
     "make_events",
     "make_result",
+    "turn_storage",
 ]
 
 H = TypeVar("H", bound="ConformanceHarness")
+
+ROLES = frozenset({"turns", "history", "outbox", "inspection"})
+"""The storage roles of a store (``intention_kernel.durability.storage``)."""
+
+
+async def latest_checkpoint(store: DurabilityStore, thread_id: str) -> KernelCheckpoint | None:
+    """``load_checkpoint``; for a store without the history role, the checkpoint a new turn
+    of the thread opens with (rule 2, through ``TurnStorage.open_turn`` alone)."""
+    roles = getattr(store, "roles", None)
+    if roles is None or roles.history is not None:
+        return await store.load_checkpoint(thread_id)
+    async with store.turn(thread_id, new_id("turn")) as scope:
+        return scope.checkpoint
+
+
+def turn_storage(store: object) -> Any:
+    """The ``TurnStorage`` role of a ``DurableStore`` (for tests that make its writes fail)."""
+    roles = getattr(store, "roles", None)
+    assert roles is not None, "the store must be a DurableStore (composed from storage roles)"
+    return roles.turns
 
 
 class ConformanceHarness(ABC):
@@ -42,12 +64,24 @@ class ConformanceHarness(ABC):
     from the ``harness`` fixture, so storage is fresh per test.
     """
 
+    roles: frozenset[str] = ROLES
+    """The storage roles this harness's store is built with (``turns`` always). A test that
+    needs a role the store lacks is skipped with that role's name, never passed; the shipped
+    stores have all four. ``open`` checks the declaration against the store it opened."""
+
     def __init__(self) -> None:
         self._opened: list[DurabilityStore] = []
 
     async def open(self, *, lock_timeout: float = 10.0) -> DurabilityStore:
         store = await self._open(lock_timeout=lock_timeout)
         self._opened.append(store)
+        composed = getattr(store, "roles", None)
+        if composed is not None:
+            present = {role for role in ROLES if getattr(composed, role, None) is not None}
+            assert present == set(self.roles), (
+                f"{type(self).__name__} declares the roles {sorted(self.roles)} but its store "
+                f"has {sorted(present)}"
+            )
         return store
 
     async def close_all(self) -> None:
@@ -100,7 +134,13 @@ def conformance_test(
             finally:
                 await harness.close_all()
 
-        asyncio.run(main())
+        try:
+            asyncio.run(main())
+        except UsageError as exc:
+            role = exc.context.get("role")
+            if exc.code is ErrorCode.NOT_SUPPORTED and role not in harness.roles:
+                pytest.skip(f"needs the {role} storage role, which this store lacks")
+            raise
 
     return wrapper
 

@@ -47,7 +47,7 @@ from ...contracts.errors import (
 )
 from ...contracts.receipts import EffectAuthority, EffectExecution, ReceiptStatus
 from ...contracts.turns import DurableTurnResult
-from ._support import effect, make_events, make_result
+from ._support import effect, latest_checkpoint, make_events, make_result, turn_storage
 
 __all__ = [
     "KINDS",
@@ -72,7 +72,7 @@ _KEYS: dict[Shape, tuple[str, ...]] = {
     "two_effects": ("a", "b"),
     "concurrent_effects": ("a", "b"),
 }
-_WRITES = ("storage_begin_effect", "storage_finish_effect", "storage_commit")
+_WRITES = ("begin_effect", "finish_effect", "commit")
 _MAX_AT = 400
 _EVENTS = 2
 _CASE_SECONDS = 60.0
@@ -301,14 +301,14 @@ class _LostWrites:
     """Wraps one store's write primitives so the first delivery's writes fail as planned."""
 
     def __init__(self, store: DurabilityStore, driver: _Driver) -> None:
-        self.store = store
+        self.store = turn_storage(store)
         self.saved: dict[str, Any] = {}
         for name in _WRITES:
-            original = getattr(store, name, None)
+            original = getattr(self.store, name, None)
             if original is None:
                 continue
             self.saved[name] = original
-            setattr(store, name, self._wrap(original, driver))
+            setattr(self.store, name, self._wrap(original, driver))
 
     @staticmethod
     def _wrap(original: Callable[..., Awaitable[Any]], driver: _Driver) -> Any:
@@ -501,7 +501,7 @@ async def _check(
         problems.append("I1: the duplicate delivery ran a committed turn again")
     if by is None and error_b is None:
         problems.append("I4: the duplicate delivery returned but nothing is stored")
-    checkpoint = await store.load_checkpoint(thread_id)
+    checkpoint = await latest_checkpoint(store, thread_id)
     revision = 0 if checkpoint is None else checkpoint.revision
     if revision != (2 if stored is not None else 1):
         problems.append(f"I3: head revision {revision} after {'a' if stored else 'no'} commit")

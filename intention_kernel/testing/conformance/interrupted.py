@@ -20,7 +20,14 @@ from ...contracts.durability import DurabilityStore
 from ...contracts.errors import DurabilityError, EffectUncertainError, ErrorCode, KernelError
 from ...contracts.inspect import StoreInspector
 from ...contracts.receipts import EffectAuthority, EffectReceipt, ReceiptStatus
-from ._support import ConformanceHarness, Provider, commit_simple, conformance_test, effect
+from ._support import (
+    ConformanceHarness,
+    Provider,
+    commit_simple,
+    conformance_test,
+    effect,
+    turn_storage,
+)
 
 __all__ = ["InterruptedReceipts", "lose_outcome_write"]
 
@@ -31,10 +38,10 @@ async def lose_outcome_write(
     harness: ConformanceHarness, provider: Provider, thread_id: str = "t1"
 ) -> EffectReceipt:
     """Run a turn whose effect returns but whose ``completed`` write fails every time (the
-    store's ``storage_finish_effect`` raises a retryable ``STORE_UNAVAILABLE``); the turn raises
+    store's ``TurnStorage.finish_effect`` raises a retryable ``STORE_UNAVAILABLE``); the turn raises
     out of ``with_turn`` and leaves the receipt ``prepared``."""
     broken: Any = await harness.open()
-    assert hasattr(broken, "storage_finish_effect"), "the store must be a DurabilityEngine"
+    turns = turn_storage(broken)
 
     async def lost(*args: object) -> None:
         raise DurabilityError(
@@ -43,9 +50,8 @@ async def lose_outcome_write(
             retryable=True,
         )
 
-    broken.storage_finish_effect = lost
-    if hasattr(broken, "record_retry_seconds"):  # the engine retries a lost write; not long
-        broken.record_retry_seconds = 0.05
+    turns.finish_effect = lost
+    broken.record_retry_seconds = 0.05  # the turn scope retries a lost write; not long
     with pytest.raises(KernelError):
         await commit_simple(
             broken, thread_id, "turn-1", effects=[(effect("k1"), provider.returning("ch_1"))]

@@ -8,7 +8,14 @@ import pytest
 
 from ...contracts.durability import TurnScope
 from ...contracts.errors import DurabilityError, ErrorCode, LeaseLostError
-from ._support import ConformanceHarness, Provider, conformance_test, effect, make_result
+from ._support import (
+    ConformanceHarness,
+    Provider,
+    conformance_test,
+    effect,
+    latest_checkpoint,
+    make_result,
+)
 
 __all__ = ["Rule1Serialize"]
 
@@ -30,7 +37,7 @@ class Rule1Serialize:
 
         await asyncio.gather(*(store.with_turn("t1", f"turn-{i}", operation) for i in range(6)))
         assert most == 1
-        checkpoint = await store.load_checkpoint("t1")
+        checkpoint = await latest_checkpoint(store, "t1")
         assert checkpoint is not None and checkpoint.revision == 6
 
     @conformance_test
@@ -106,7 +113,7 @@ class Rule1Serialize:
         with pytest.raises(LeaseLostError):
             await store.with_turn("t1", "turn-1", operation)
         assert await store.get_turn("t1", "turn-1") is None
-        assert await store.load_checkpoint("t1") is None
+        assert await latest_checkpoint(store, "t1") is None
         assert await store.read_outbox(thread_id="t1") == []
 
     @conformance_test

@@ -12,7 +12,14 @@ from ...contracts.errors import (
     TurnConflictError,
 )
 from ...contracts.turns import DurableTurnResult
-from ._support import ConformanceHarness, commit_simple, conformance_test, make_events, make_result
+from ._support import (
+    ConformanceHarness,
+    commit_simple,
+    conformance_test,
+    latest_checkpoint,
+    make_events,
+    make_result,
+)
 
 __all__ = ["Rule5Commit"]
 
@@ -25,7 +32,7 @@ class Rule5Commit:
         store = await harness.open()
         result, _, _ = await commit_simple(store, "t1", "turn-1")
         assert await store.get_turn("t1", "turn-1") == result
-        assert await store.load_checkpoint("t1") == result.checkpoint
+        assert await latest_checkpoint(store, "t1") == result.checkpoint
         events = await store.read_outbox(thread_id="t1")
         assert [e.event.sequence for e in events] == [0, 1, 2]
         assert {e.event.turn_id for e in events} == {"turn-1"}
@@ -81,7 +88,7 @@ class Rule5Commit:
             await store.with_turn("t1", "turn-2", skipping)
         assert caught.value.code == ErrorCode.CHECKPOINT_REVISION_CONFLICT
         assert await store.get_turn("t1", "turn-2") is None
-        checkpoint = await store.load_checkpoint("t1")
+        checkpoint = await latest_checkpoint(store, "t1")
         assert checkpoint is not None and checkpoint.revision == 1
 
     @conformance_test

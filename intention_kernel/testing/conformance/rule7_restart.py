@@ -6,7 +6,14 @@ import pytest
 
 from ...contracts.errors import EffectUncertainError
 from ...contracts.receipts import ReceiptStatus
-from ._support import ConformanceHarness, Provider, commit_simple, conformance_test, effect
+from ._support import (
+    ConformanceHarness,
+    Provider,
+    commit_simple,
+    conformance_test,
+    effect,
+    latest_checkpoint,
+)
 
 __all__ = ["Rule7Restart"]
 
@@ -25,7 +32,7 @@ class Rule7Restart:
         restarted = await harness.open()
         again, _, replayed = await commit_simple(store=restarted, thread_id="t1", turn_id="turn-1")
         assert replayed and again == result
-        assert await restarted.load_checkpoint("t1") == result.checkpoint
+        assert await latest_checkpoint(restarted, "t1") == result.checkpoint
         assert len(await restarted.read_outbox(thread_id="t1")) == 3
         receipt = await restarted.get_receipt("t1", "payments.charge:k1")
         assert receipt is not None and receipt.status is ReceiptStatus.COMPLETED

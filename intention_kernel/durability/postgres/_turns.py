@@ -1,0 +1,440 @@
+"""``PostgresTurns``: the ``TurnStorage`` role of the PostgreSQL store.
+
+Leases are rows with an epoch and an owner token; every write checks them in its own statement
+(see ``_sql``). A lost lease cancels the turn (the heartbeat, ``_lease``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import AsyncIterator, Coroutine
+from contextlib import asynccontextmanager
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from ...contracts.codec import JsonLimits
+from ...contracts.errors import (
+    DurabilityError,
+    ErrorCode,
+    KernelError,
+    LeaseLostError,
+    TurnConflictError,
+)
+from ...contracts.receipts import EffectIdentity, EffectReceipt, ReceiptStatus
+from ...crashpoints import CrashPoint, crash_point
+from .. import _turns
+from .._documents import decode_model, decode_turn, encode_model
+from .._ledger import EffectStart, start_effect
+from .._settle import settle
+from ..storage import OpenedTurn, StoredTurn, TurnCommit
+from ._acquire import Acquired, ReadOnly, acquire_statement, replay_read_only
+from ._connection import PgConnection
+from ._heads import HeadTexts
+from ._lease import Heartbeat, LeaseSettings, PgLease, new_owner
+from ._sql import Statements
+
+__all__ = ["PostgresTurns"]
+
+log = logging.getLogger("intention_kernel.postgres")
+
+
+class PostgresTurns:
+    """``TurnStorage`` on PostgreSQL: lease rows with fencing, one-statement commits.
+
+    ``sql`` are the statements rendered for the schema; only a test builds them without
+    fencing (``Statements.render(schema, fencing=False)``) to show the fault tests catch it.
+    """
+
+    def __init__(
+        self,
+        db: PgConnection,
+        sql: Statements,
+        heads: HeadTexts,
+        *,
+        lease_settings: LeaseSettings,
+        lock_timeout: float,
+        json_limits: JsonLimits,
+    ) -> None:
+        self._db = db
+        self._sql = sql
+        self._heads = heads
+        self.lease_settings = lease_settings
+        self.lock_timeout = lock_timeout
+        self.json_limits = json_limits
+        # Lease releases that outlive a cancelled caller; ``close`` waits for them.
+        self._background: set[asyncio.Task[None]] = set()
+
+    async def _try_acquire(self, thread_id: str, turn_id: str, *, skip_committed: bool) -> Acquired:
+        owner = new_owner()
+        sent = asyncio.get_running_loop().time()
+        statement = (
+            acquire_statement(
+                self._db, self._sql, self.lease_settings.ttl, thread_id, turn_id, owner
+            )
+            if skip_committed
+            else self._db.fetchrow(
+                self._sql.acquire, thread_id, turn_id, owner, self.lease_settings.ttl, False
+            )
+        )
+        try:  # run to its end even if the caller is cancelled meanwhile (see ``settle``)
+            row, cancel = await settle(statement)
+        except BaseException as exc:
+            if isinstance(exc, KernelError) and not exc.retryable:
+                if skip_committed and exc.code is ErrorCode.STORE_READ_ONLY:
+                    # Read-only without the server saying so (a pooler in between).
+                    return await replay_read_only(self._db, self._sql, thread_id, turn_id, exc)
+                raise  # refused outright: it took nothing
+            # Timed out, connection lost or cancelled: it may have taken the lease all the same.
+            await self._give_back(thread_id, owner)
+            raise
+        if isinstance(row, ReadOnly):  # the replay SELECT: nothing was taken
+            if cancel is not None:
+                raise cancel
+            if row.row is None:
+                raise DurabilityError(
+                    "the database session is read-only (a standby?)",
+                    code=ErrorCode.STORE_READ_ONLY,
+                    context={"thread_id": thread_id},
+                )
+            return Acquired(None, False, row.row, sent)
+        if cancel is not None:
+            if row["epoch"] is not None:
+                await self._give_back(thread_id, owner)
+            raise cancel
+        lease = None if row["epoch"] is None else PgLease(thread_id, row["epoch"], owner)
+        # The preloaded checkpoint is current only if the previous holder had released the
+        # lease before this statement's snapshot (a commit releases it in its own transaction).
+        trusted = lease is not None and (
+            (row["seen_rows"] == 0 and lease.epoch == 1) or row["released_epoch"] == lease.epoch - 1
+        )
+        return Acquired(lease, trusted, row, sent)
+
+    async def _give_back(self, thread_id: str, owner: str) -> None:
+        """Release the lease the acquisition by ``owner`` may have taken, to the end of the
+        statement whatever happens to the caller (bounded); a failure is only logged, the
+        lease then expires after its TTL. A cancellation that arrived meanwhile is raised."""
+        release = self._db.execute(
+            self._sql.release_owner, thread_id, owner, deadline=self._release_timeout
+        )
+        try:
+            _, cancel = await settle(release)
+        except Exception as exc:
+            log.debug("lease give-back failed: %r", exc)
+            return
+        if cancel is not None:
+            raise cancel
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """A task that may outlive its caller; kept referenced, and awaited by ``close``."""
+        task = asyncio.get_running_loop().create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
+
+    async def _wait_for_lease(self, thread_id: str, turn_id: str) -> Acquired:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.lock_timeout
+        delay = 0.005
+        while True:
+            acquired = await self._try_acquire(thread_id, turn_id, skip_committed=False)
+            if acquired.lease is not None:
+                return acquired
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise DurabilityError(
+                    "timed out waiting for the thread lease",
+                    code=ErrorCode.LOCK_TIMEOUT,
+                    retryable=True,
+                    context={"thread_id": thread_id, "timeout": self.lock_timeout},
+                )
+            await asyncio.sleep(min(remaining, random.uniform(delay / 2, delay)))
+            delay = min(delay * 2, 0.25)
+
+    @asynccontextmanager
+    async def open_turn(self, thread_id: str, turn_id: str) -> AsyncIterator[OpenedTurn[PgLease]]:
+        """One statement: the committed turn (replay, no lease taken) or the lease with the
+        checkpoint; a ``load`` statement only when that checkpoint may be stale."""
+        acquired = await self._try_acquire(thread_id, turn_id, skip_committed=True)
+        prior = self._stored_turn(acquired.row, thread_id, turn_id)
+        if prior is not None:
+            yield OpenedTurn(prior, None)
+            return
+        if acquired.lease is None:
+            acquired = await self._wait_for_lease(thread_id, turn_id)
+        # No suspension between taking the lease and entering ``_holding``: a cancel cannot
+        # leave it held.
+        async with self._holding(acquired) as lease:
+            row = acquired.row
+            if not acquired.trusted:
+                row = await self._db.fetchrow(self._sql.load, thread_id, turn_id)
+            yield OpenedTurn(
+                self._stored_turn(row, thread_id, turn_id),
+                lease,
+                self._heads.checkpoint(row, thread_id),
+            )
+
+    @asynccontextmanager
+    async def lease(self, thread_id: str) -> AsyncIterator[PgLease]:
+        async with self._holding(await self._wait_for_lease(thread_id, "")) as lease:
+            yield lease
+
+    @asynccontextmanager
+    async def _holding(self, acquired: Acquired) -> AsyncIterator[PgLease]:
+        """Hold an acquired lease for the block: renewed by a heartbeat, released after."""
+        lease = acquired.lease
+        assert lease is not None
+        task = asyncio.current_task()
+        assert task is not None
+        heartbeat = Heartbeat(
+            lambda: self._renew(lease), self.lease_settings, task, detect_loss=self._sql.fencing
+        )
+        lease.heartbeat = heartbeat
+        heartbeat.start(acquired.sent)
+        try:
+            yield lease
+        except asyncio.CancelledError as exc:
+            if heartbeat.lost:
+                task.uncancel()
+                raise LeaseLostError(
+                    "the thread lease was lost while the turn ran; the turn was cancelled",
+                    context={"thread_id": lease.thread_id, "epoch": lease.epoch},
+                ) from exc
+            raise
+        finally:
+            heartbeat.halt()  # now, so that it cannot cancel this task any more
+            if heartbeat.lost and task.cancelling():
+                task.uncancel()
+            if not lease.released:  # the usual end: the commit released it, nothing to send
+                # Shielded: a cancel of this task propagates at once (never swallowed) while
+                # the lease is still released, in order, by ``_end_lease``.
+                await asyncio.shield(self._spawn(self._end_lease(lease, heartbeat)))
+
+    async def _end_lease(self, lease: PgLease, heartbeat: Heartbeat) -> None:
+        """Release once the renewal and every write of the turn in flight ended, so none
+        lands after the release (a late one would be fenced anyway). A lost lease is left
+        alone: it is another holder's now, or could not be renewed and is about to expire."""
+        await heartbeat.stop()
+        if heartbeat.lost:
+            return
+        await lease.writes_done(self._db.statement_timeout)
+        await self._release(lease)
+
+    async def _renew(self, lease: PgLease) -> bool:
+        row = await self._db.fetchrow(
+            self._sql.renew, lease.thread_id, lease.epoch, lease.owner, self.lease_settings.ttl
+        )
+        return row is not None
+
+    @property
+    def _release_timeout(self) -> float:
+        return min(self.lease_settings.ttl, 5.0, self._db.statement_timeout)
+
+    async def _release(self, lease: PgLease) -> None:
+        """Expire the lease now. Bounded: if that fails, it simply expires after its TTL."""
+        try:
+            await self._db.execute(
+                self._sql.release,
+                lease.thread_id,
+                lease.epoch,
+                lease.owner,
+                deadline=self._release_timeout,
+            )
+        except Exception as exc:
+            log.debug("lease release failed: %r", exc)
+
+    def _stored_turn(self, row: Any, thread_id: str, turn_id: str) -> StoredTurn | None:
+        if row is None or row["prior_result"] is None:
+            return None
+        result = decode_turn(row["prior_result"], thread_id=thread_id, turn_id=turn_id)
+        return StoredTurn(result, row["prior_fingerprint"])
+
+    async def commit(self, lease: PgLease, commit: TurnCommit) -> None:
+        thread_id, turn_id = commit.thread_id, commit.turn_id
+        # The commit is one statement and so its own transaction: this is its last moment
+        # before COMMIT (a crash here commits nothing).
+        crash_point(CrashPoint.INSIDE_COMMIT, thread_id=thread_id, turn_id=turn_id)
+        heartbeat = lease.heartbeat
+        if heartbeat is not None:
+            heartbeat.halt()  # the commit releases the lease: no renewal may race it
+        try:
+            row = await self._commit_statement(lease, commit)
+        except BaseException as exc:
+            if heartbeat is not None and not (lease.released or isinstance(exc, LeaseLostError)):
+                heartbeat.resume()  # the lease is still held (or in doubt): keep it alive
+            raise
+        lease.released = bool(row["released"])
+        if not lease.released and heartbeat is not None:
+            heartbeat.resume()
+        self._heads.remember(thread_id, commit.result_json)
+
+    async def _commit_statement(self, lease: PgLease, commit: TurnCommit) -> Any:
+        """The commit statement; its row when the turn committed, else the typed refusal."""
+        thread_id, turn_id, loaded_revision = (
+            commit.thread_id,
+            commit.turn_id,
+            commit.loaded_revision,
+        )
+        try:
+            with lease.write():
+                row = await self._db.fetchrow(
+                    self._sql.commit,
+                    thread_id,
+                    lease.epoch,
+                    lease.owner,
+                    turn_id,
+                    commit.revision,
+                    loaded_revision,
+                    commit.fingerprint,
+                    commit.result_json,
+                    [e.sequence for e in commit.events],
+                    commit.events_json,
+                    commit.agent_fingerprint,
+                    commit.pending_interaction,
+                )
+        except DurabilityError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, asyncpg.UniqueViolationError):
+                if cause.constraint_name == "turns_pkey":
+                    raise _turns.already_committed(thread_id, turn_id) from cause
+                raise TurnConflictError(
+                    "another turn committed this revision",
+                    code=ErrorCode.CHECKPOINT_REVISION_CONFLICT,
+                    context={"thread_id": thread_id, "loaded_revision": loaded_revision},
+                ) from cause
+            raise
+        if not row["fenced"]:
+            after = await self._db.fetchrow(
+                self._sql.after_commit, thread_id, lease.epoch, lease.owner, turn_id
+            )
+            if after["released_by_us"] and after["committed"]:
+                # An earlier attempt of this commit landed (and released the lease) but its
+                # answer was lost: the engine compares the stored result with this one.
+                lease.released = True
+                raise _turns.already_committed(thread_id, turn_id)
+            raise LeaseLostError(
+                context={"thread_id": thread_id, "epoch": lease.epoch, "turn_id": turn_id}
+            )
+        if not row["moved"]:
+            _turns.check_revision(loaded_revision, row["stored_revision"] or 0, thread_id=thread_id)
+            raise TurnConflictError(  # pragma: no cover - the check above always raises
+                code=ErrorCode.CHECKPOINT_REVISION_CONFLICT, context={"thread_id": thread_id}
+            )
+        return row
+
+    # ---------------------------------------------------------------- effects
+
+    async def begin_effect(
+        self, lease: PgLease, turn_id: str, identity: EffectIdentity, now: datetime
+    ) -> EffectStart:
+        thread_id, key = lease.thread_id, identity.idempotency_key
+        # A new key (the usual case): ``prepared`` is inserted unless the key exists, one
+        # statement; the stored receipt comes back with a conflict.
+        start = start_effect(None, identity, thread_id=thread_id, turn_id=turn_id, now=now)
+        receipt = start.receipt
+        with lease.write():
+            row = await self._db.fetchrow(
+                self._sql.prepare_receipt,
+                thread_id,
+                lease.epoch,
+                lease.owner,
+                key,
+                receipt.id,
+                str(receipt.status),
+                receipt.updated_at,
+                encode_model(receipt, limits=self.json_limits, what="receipt"),
+            )
+        if not row["fenced"]:
+            raise LeaseLostError(context={"thread_id": thread_id, "epoch": lease.epoch})
+        if row["written"]:
+            return start
+        text = row["existing"]
+        for _ in range(5):
+            if text is None:  # inserted concurrently, after this statement's snapshot
+                row = await self._db.fetchrow(
+                    self._sql.read_receipt, thread_id, lease.epoch, lease.owner, key
+                )
+                if not row["fenced"]:
+                    raise LeaseLostError(context={"thread_id": thread_id, "epoch": lease.epoch})
+                text = row["receipt"]
+            existing = (
+                None
+                if text is None
+                else decode_model(EffectReceipt, text, what="receipt", thread_id=thread_id)
+            )
+            text = None
+            start = start_effect(existing, identity, thread_id=thread_id, turn_id=turn_id, now=now)
+            if not start.write:
+                return start
+            expected = None if existing is None else str(existing.status)
+            if await self._write_receipt(lease, start.receipt, expected):
+                return start
+        raise DurabilityError(
+            "the receipt kept changing concurrently; nothing was called",
+            code=ErrorCode.STORE_BUSY,
+            retryable=True,
+            context={"thread_id": thread_id, "idempotency_key": key},
+        )
+
+    async def finish_effect(
+        self, lease: PgLease, receipt: EffectReceipt, value_json: str | None
+    ) -> None:
+        if not await self._write_receipt(lease, receipt, str(ReceiptStatus.PREPARED)):
+            raise DurabilityError(
+                "the receipt changed while its effect ran; its outcome was not recorded",
+                code=ErrorCode.STORE_ERROR,
+                context={"thread_id": lease.thread_id, "idempotency_key": receipt.idempotency_key},
+            )
+
+    async def _write_receipt(
+        self, lease: PgLease, receipt: EffectReceipt, expected: str | None
+    ) -> bool:
+        """One fenced, durable statement; False when the stored status was not ``expected``."""
+        with lease.write():
+            row = await self._db.fetchrow(
+                self._sql.write_receipt,
+                lease.thread_id,
+                lease.epoch,
+                lease.owner,
+                receipt.idempotency_key,
+                receipt.id,
+                str(receipt.status),
+                receipt.updated_at,
+                encode_model(receipt, limits=self.json_limits, what="receipt"),
+                expected,
+            )
+        if not row["fenced"]:
+            raise LeaseLostError(
+                context={
+                    "thread_id": lease.thread_id,
+                    "epoch": lease.epoch,
+                    "idempotency_key": receipt.idempotency_key,
+                }
+            )
+        return bool(row["written"])
+
+    async def read_turn(self, thread_id: str, turn_id: str) -> StoredTurn | None:
+        row = await self._db.fetchrow(self._sql.find_turn, thread_id, turn_id)
+        if row is None:
+            return None
+        result = decode_turn(row["result"], thread_id=thread_id, turn_id=turn_id)
+        return StoredTurn(result, row["fingerprint"])
+
+    async def get_receipt(self, thread_id: str, idempotency_key: str) -> EffectReceipt | None:
+        row = await self._db.fetchrow(
+            f'SELECT receipt FROM "{self._db.schema}".receipts'
+            " WHERE thread_id = $1 AND idempotency_key = $2",
+            thread_id,
+            idempotency_key,
+        )
+        if row is None:
+            return None
+        return decode_model(EffectReceipt, row["receipt"], what="receipt", thread_id=thread_id)
+
+    async def close(self) -> None:
+        if self._background:  # lease releases of cancelled turns, before the pool goes
+            await asyncio.wait(self._background, timeout=self._release_timeout + 1)
+        await self._db.close()
