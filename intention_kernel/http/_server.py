@@ -21,7 +21,7 @@ import uvicorn
 from starlette.applications import Starlette
 
 from ..contracts.errors import ConfigurationError
-from ._app import SERVICE_STATE, Service
+from ._service import SERVICE_STATE, Service
 
 __all__ = ["Server", "server_config"]
 

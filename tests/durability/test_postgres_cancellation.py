@@ -196,7 +196,7 @@ async def test_a_released_lease_refuses_a_late_write(dsn: str, schema: str) -> N
     with pytest.raises(LeaseLostError):
         await turn_storage(store).commit(lease, late)
     with pytest.raises(LeaseLostError):
-        await turn_storage(store)._write_receipt(lease, receipt, None)
+        await turn_storage(store)._effects._write_receipt(lease, receipt, None)
     with pytest.raises(LeaseLostError):
         await turn_storage(store).begin_effect(lease, "turn-1", identity, datetime.now(UTC))
     assert await store.get_turn("t1", "turn-1") is None
@@ -226,7 +226,9 @@ async def test_the_release_waits_for_a_write_still_in_flight(dsn: str, schema: s
             )  # the open connection: the write opens another
             await busy.__aenter__()
             lease = scope._held()
-            write = asyncio.ensure_future(turn_storage(store)._write_receipt(lease, receipt, None))
+            write = asyncio.ensure_future(
+                turn_storage(store)._effects._write_receipt(lease, receipt, None)
+            )
             await asyncio.sleep(0)  # the write is on its way (connecting)
             await busy.__aexit__(None, None, None)  # the release could take this one at once
         assert write.done()  # the turn ended only after its write: the release came last

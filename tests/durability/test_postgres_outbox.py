@@ -19,7 +19,7 @@ from intention_kernel.contracts.errors import ConfigurationError
 from intention_kernel.contracts.events import KernelEvent
 from intention_kernel.contracts.sinks import PublishOutcome
 from intention_kernel.durability.postgres import MIGRATIONS, PostgresDurability
-from intention_kernel.durability.postgres._outbox import OutboxStatements
+from intention_kernel.durability.postgres._outbox_sql import OutboxStatements
 from intention_kernel.relay import OutboxRelay
 from intention_kernel.testing.conformance.outbox import (
     OutboxHarness,

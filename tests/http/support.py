@@ -23,7 +23,7 @@ from intention_kernel.contracts.gateway import (
 )
 from intention_kernel.examples.travel_desk import FakeHotelProvider, compile_desk, scripted_model
 from intention_kernel.http import BearerTokens, Server, create_app, server_config
-from intention_kernel.http._app import SERVICE_STATE, Service
+from intention_kernel.http._service import SERVICE_STATE, Service
 from intention_kernel.kernel import CompiledAgent
 from intention_kernel.testing import ScriptedModelGateway
 

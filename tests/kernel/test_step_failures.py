@@ -32,7 +32,7 @@ from intention_kernel.kernel import (
     define_capability,
 )
 from intention_kernel.kernel._failures import CONFLICT, INTERNAL, TRY_AGAIN
-from intention_kernel.kernel._pipeline.execute import APPLIED_UNFINISHED, TOO_LONG
+from intention_kernel.kernel._pipeline._outcomes import APPLIED_UNFINISHED, TOO_LONG
 
 from .support import FaqAnswer, World, make_world, support_agent
 from .writes import CHARGE, REFUND, Charge, Payments, accept

@@ -18,7 +18,9 @@ from ._errors import translated
 from ._heads import HeadTexts
 from ._inspect import PostgresInspection
 from ._lease import LeaseSettings, PgLease
-from ._outbox import OutboxStatements, PostgresNotifier, PostgresOutbox
+from ._notifier import PostgresNotifier
+from ._outbox import PostgresOutbox
+from ._outbox_sql import OutboxStatements
 from ._reads import PostgresHistory
 from ._sql import Statements
 from ._turns import PostgresTurns

@@ -31,7 +31,8 @@ from ._errors import retrying
 from ._heads import HeadTexts
 from ._inspect import lease_free
 from ._lease import PgLease
-from ._outbox import EVENT_COLUMNS, stored_event
+from ._outbox import stored_event
+from ._outbox_sql import EVENT_COLUMNS
 from ._sql import Statements
 
 __all__ = ["PostgresHistory", "last_reconciliation", "listed_receipt"]

@@ -24,15 +24,16 @@ from ...contracts.errors import (
     LeaseLostError,
     TurnConflictError,
 )
-from ...contracts.receipts import EffectIdentity, EffectReceipt, ReceiptStatus
+from ...contracts.receipts import EffectIdentity, EffectReceipt
 from ...crashpoints import CrashPoint, crash_point
 from .. import _turns
-from .._documents import decode_model, decode_turn, encode_model
-from .._ledger import EffectStart, start_effect
+from .._documents import decode_turn
+from .._ledger import EffectStart
 from .._settle import settle
 from ..storage import OpenedTurn, StoredTurn, TurnCommit
 from ._acquire import Acquired, ReadOnly, acquire_statement, replay_read_only
 from ._connection import PgConnection
+from ._effects import PostgresEffects
 from ._heads import HeadTexts
 from ._lease import Heartbeat, LeaseSettings, PgLease, new_owner
 from ._sql import Statements
@@ -65,6 +66,7 @@ class PostgresTurns:
         self.lease_settings = lease_settings
         self.lock_timeout = lock_timeout
         self.json_limits = json_limits
+        self._effects = PostgresEffects(db, sql, json_limits=json_limits)
         # Lease releases that outlive a cancelled caller; ``close`` waits for them.
         self._background: set[asyncio.Task[None]] = set()
 
@@ -330,91 +332,12 @@ class PostgresTurns:
     async def begin_effect(
         self, lease: PgLease, turn_id: str, identity: EffectIdentity, now: datetime
     ) -> EffectStart:
-        thread_id, key = lease.thread_id, identity.idempotency_key
-        # A new key (the usual case): ``prepared`` is inserted unless the key exists, one
-        # statement; the stored receipt comes back with a conflict.
-        start = start_effect(None, identity, thread_id=thread_id, turn_id=turn_id, now=now)
-        receipt = start.receipt
-        with lease.write():
-            row = await self._db.fetchrow(
-                self._sql.prepare_receipt,
-                thread_id,
-                lease.epoch,
-                lease.owner,
-                key,
-                receipt.id,
-                str(receipt.status),
-                receipt.updated_at,
-                encode_model(receipt, limits=self.json_limits, what="receipt"),
-            )
-        if not row["fenced"]:
-            raise LeaseLostError(context={"thread_id": thread_id, "epoch": lease.epoch})
-        if row["written"]:
-            return start
-        text = row["existing"]
-        for _ in range(5):
-            if text is None:  # inserted concurrently, after this statement's snapshot
-                row = await self._db.fetchrow(
-                    self._sql.read_receipt, thread_id, lease.epoch, lease.owner, key
-                )
-                if not row["fenced"]:
-                    raise LeaseLostError(context={"thread_id": thread_id, "epoch": lease.epoch})
-                text = row["receipt"]
-            existing = (
-                None
-                if text is None
-                else decode_model(EffectReceipt, text, what="receipt", thread_id=thread_id)
-            )
-            text = None
-            start = start_effect(existing, identity, thread_id=thread_id, turn_id=turn_id, now=now)
-            if not start.write:
-                return start
-            expected = None if existing is None else str(existing.status)
-            if await self._write_receipt(lease, start.receipt, expected):
-                return start
-        raise DurabilityError(
-            "the receipt kept changing concurrently; nothing was called",
-            code=ErrorCode.STORE_BUSY,
-            retryable=True,
-            context={"thread_id": thread_id, "idempotency_key": key},
-        )
+        return await self._effects.begin_effect(lease, turn_id, identity, now)
 
     async def finish_effect(
         self, lease: PgLease, receipt: EffectReceipt, value_json: str | None
     ) -> None:
-        if not await self._write_receipt(lease, receipt, str(ReceiptStatus.PREPARED)):
-            raise DurabilityError(
-                "the receipt changed while its effect ran; its outcome was not recorded",
-                code=ErrorCode.STORE_ERROR,
-                context={"thread_id": lease.thread_id, "idempotency_key": receipt.idempotency_key},
-            )
-
-    async def _write_receipt(
-        self, lease: PgLease, receipt: EffectReceipt, expected: str | None
-    ) -> bool:
-        """One fenced, durable statement; False when the stored status was not ``expected``."""
-        with lease.write():
-            row = await self._db.fetchrow(
-                self._sql.write_receipt,
-                lease.thread_id,
-                lease.epoch,
-                lease.owner,
-                receipt.idempotency_key,
-                receipt.id,
-                str(receipt.status),
-                receipt.updated_at,
-                encode_model(receipt, limits=self.json_limits, what="receipt"),
-                expected,
-            )
-        if not row["fenced"]:
-            raise LeaseLostError(
-                context={
-                    "thread_id": lease.thread_id,
-                    "epoch": lease.epoch,
-                    "idempotency_key": receipt.idempotency_key,
-                }
-            )
-        return bool(row["written"])
+        await self._effects.finish_effect(lease, receipt, value_json)
 
     async def read_turn(self, thread_id: str, turn_id: str) -> StoredTurn | None:
         row = await self._db.fetchrow(self._sql.find_turn, thread_id, turn_id)
@@ -424,15 +347,7 @@ class PostgresTurns:
         return StoredTurn(result, row["fingerprint"])
 
     async def get_receipt(self, thread_id: str, idempotency_key: str) -> EffectReceipt | None:
-        row = await self._db.fetchrow(
-            f'SELECT receipt FROM "{self._db.schema}".receipts'
-            " WHERE thread_id = $1 AND idempotency_key = $2",
-            thread_id,
-            idempotency_key,
-        )
-        if row is None:
-            return None
-        return decode_model(EffectReceipt, row["receipt"], what="receipt", thread_id=thread_id)
+        return await self._effects.get_receipt(thread_id, idempotency_key)
 
     async def close(self) -> None:
         if self._background:  # lease releases of cancelled turns, before the pool goes

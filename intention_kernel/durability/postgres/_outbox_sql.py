@@ -1,0 +1,161 @@
+"""The outbox's statements, rendered once per schema (``OutboxStatements``).
+
+The claim walks undelivered rows by position with one index probe per step (``_outbox`` says
+why); "not delivered yet" is written so that the planner probes the primary key instead of the
+partial indexes on undelivered rows. Durable marks force ``synchronous_commit`` per statement.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+__all__ = ["EVENT_COLUMNS", "OutboxStatements", "notify_channel"]
+
+EVENT_COLUMNS = (
+    "position, event, delivered_at, attempts, last_error, dead, thread_id, turn_id, sequence"
+)
+"""``SELECT`` these for ``stored_event``."""
+_RETURNING = EVENT_COLUMNS
+# An init-plan: evaluated once per statement, transaction-local (works behind a pooler).
+_SYNC_ON = "(SELECT set_config('synchronous_commit', 'on', true)) IS NOT NULL"
+# "Not delivered yet" for statements that find rows by position: written so that it does not
+# match the predicate of the partial indexes on undelivered rows. With a healthy store's
+# statistics (analyzed while nothing was pending) those indexes look empty, and the planner
+# scanned all of ``outbox_open_by_thread`` instead of probing the primary key: every mark,
+# release and failure then cost O(backlog), and draining a backlog O(backlog^2).
+_OPEN = "(delivered_at IS NULL) IS TRUE"
+# An undelivered row ``o`` that holds back its thread: dead, claimed or backing off.
+_BLOCKED = (
+    "(o.dead OR coalesce(o.claimed_until > now(), false)"
+    " OR coalesce(o.next_attempt_at > now(), false))"
+)
+
+
+def notify_channel(schema: str) -> str:
+    """A short channel name per schema (channel names are limited to 63 bytes)."""
+    return f"ik_outbox_{zlib.crc32(schema.encode()):08x}"
+
+
+class OutboxStatements:
+    """The outbox statements of one schema, rendered once."""
+
+    def __init__(self, schema: str) -> None:
+        q, channel = f'"{schema}"', notify_channel(schema)
+        s = f"{q}.outbox"
+        # The transition table skips turns that committed no event (a statement trigger fires
+        # even when the INSERT wrote no row).
+        self.notify_on = f"""
+CREATE OR REPLACE FUNCTION {q}.outbox_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM inserted) THEN
+        PERFORM pg_notify('{channel}', '');
+    END IF;
+    RETURN NULL;
+END $$;
+DROP TRIGGER IF EXISTS outbox_notify ON {s};
+CREATE TRIGGER outbox_notify AFTER INSERT ON {s}
+    REFERENCING NEW TABLE AS inserted FOR EACH STATEMENT EXECUTE FUNCTION {q}.outbox_notify();
+"""
+        self.notify_off = f"""
+DROP TRIGGER IF EXISTS outbox_notify ON {s};
+DROP FUNCTION IF EXISTS {q}.outbox_notify();
+"""
+        self.notify_state = (
+            "SELECT EXISTS (SELECT 1 FROM pg_trigger"
+            f" WHERE tgrelid = to_regclass('{q}.outbox') AND tgname = 'outbox_notify')"
+        )
+        # $1 relay id, $2 limit, $3 lease seconds. ``walk`` visits undelivered rows in position
+        # order, one ``outbox_open`` index probe per step, carrying the threads held back so
+        # far (their later rows are skipped inside the probe) and stopping once $2 rows are
+        # taken: its cost is the batch plus the held-back threads, whatever the backlog and the
+        # statistics (a plain join let the planner test every undelivered row first).
+        self.claim = f"""
+WITH RECURSIVE walk (position, thread_id, take, taken, held) AS (
+    (SELECT o.position, o.thread_id, NOT {_BLOCKED}, (NOT {_BLOCKED})::int,
+            CASE WHEN {_BLOCKED} THEN ARRAY[o.thread_id] ELSE '{{}}'::text[] END
+     FROM {s} o WHERE o.delivered_at IS NULL ORDER BY o.position LIMIT 1)
+    UNION ALL
+    SELECT n.position, n.thread_id, NOT n.blocked, w.taken + (NOT n.blocked)::int,
+           CASE WHEN n.blocked THEN w.held || n.thread_id ELSE w.held END
+    FROM walk w CROSS JOIN LATERAL (
+        SELECT o.position, o.thread_id, {_BLOCKED} AS blocked FROM {s} o
+        WHERE o.delivered_at IS NULL AND o.position > w.position
+          AND o.thread_id <> ALL (w.held)
+        ORDER BY o.position LIMIT 1) n
+    WHERE w.taken < $2
+), candidates AS (
+    SELECT r.position, r.thread_id FROM walk w CROSS JOIN LATERAL (
+        SELECT o.position, o.thread_id FROM {s} o
+        WHERE o.position = w.position AND (o.delivered_at IS NULL) IS TRUE AND NOT {_BLOCKED}
+        FOR UPDATE SKIP LOCKED) r
+    WHERE w.take
+), missing AS (
+    SELECT w.thread_id, min(w.position) AS first FROM walk w
+    WHERE w.take AND NOT EXISTS (SELECT 1 FROM candidates k WHERE k.position = w.position)
+    GROUP BY w.thread_id
+), chosen AS (
+    SELECT c.position FROM candidates c LEFT JOIN missing m ON m.thread_id = c.thread_id
+    WHERE m.first IS NULL OR c.position < m.first
+)
+UPDATE {s} u SET claimed_by = $1, claimed_until = now() + make_interval(secs => $3::float8)
+FROM chosen WHERE u.position = chosen.position
+RETURNING u.position, u.event, u.delivered_at, u.attempts, u.last_error, u.dead, u.thread_id,
+    u.turn_id, u.sequence"""
+        # $1 position, $2 relay, $3 reason: an unreadable row this relay just claimed.
+        self.kill_unreadable = f"""
+UPDATE {s} SET dead = true, last_error = $3, claimed_by = NULL, claimed_until = NULL,
+    next_attempt_at = NULL
+WHERE position = $1 AND claimed_by = $2 AND {_OPEN} AND {_SYNC_ON}"""
+        # $1 positions. Durable: a lost mark would only re-deliver, but an acked batch should
+        # stay acked across a server crash.
+        self.mark_delivered = f"""
+UPDATE {s} SET delivered_at = now(), dead = false, claimed_by = NULL, claimed_until = NULL,
+    next_attempt_at = NULL
+WHERE position = ANY($1::bigint[]) AND {_OPEN} AND {_SYNC_ON}"""
+        # $1 position, $2 relay, $3 error, $4 retry seconds, $5 max attempts, $6 permanent.
+        self.record_failure = f"""
+UPDATE {s} SET attempts = attempts + 1, last_error = $3,
+    claimed_by = NULL, claimed_until = NULL,
+    dead = ($6::bool OR attempts + 1 >= $5::int),
+    next_attempt_at = CASE WHEN $6::bool OR attempts + 1 >= $5::int THEN NULL
+                           ELSE now() + make_interval(secs => $4::float8) END
+WHERE position = $1 AND {_OPEN} AND NOT dead
+  AND claimed_by = $2 AND claimed_until > now()
+RETURNING {_RETURNING}"""
+        self.release = f"""
+UPDATE {s} SET claimed_by = NULL, claimed_until = NULL
+WHERE position = ANY($1::bigint[]) AND {_OPEN} AND NOT dead
+  AND claimed_by = $2 AND claimed_until > now()"""
+        # $1 positions or NULL (all), $2 thread or NULL (all).
+        self.requeue = f"""
+UPDATE {s} SET dead = false, attempts = 0, next_attempt_at = NULL,
+    claimed_by = NULL, claimed_until = NULL
+WHERE dead AND ($1::bigint[] IS NULL OR position = ANY($1::bigint[]))
+  AND ($2::text IS NULL OR thread_id = $2::text)"""
+        self.dead_letters = f"SELECT {_RETURNING} FROM {s} WHERE dead ORDER BY position LIMIT $1"
+        self.prune = f"""
+DELETE FROM {s}
+WHERE delivered_at IS NOT NULL AND delivered_at < now() - make_interval(secs => $1::float8)"""
+        # One statement, one snapshot. The oldest pending event is looked for among each
+        # thread's first pending event only (positions are not ordered across threads).
+        # ``stats_tolerant`` reads the times through the schema's non-failing parsers: used
+        # when a pending row is not JSON (until a claim dead-letters it).
+        self.stats_tolerant = self._stats(
+            s, f"{q}.timestamptz_or_null({q}.json_or_null(h.event) ->> 'occurred_at')"
+        )
+        self.stats = self._stats(s, "(h.event::json ->> 'occurred_at')::timestamptz")
+
+    @staticmethod
+    def _stats(s: str, occurred_at: str) -> str:
+        return f"""
+SELECT
+    (SELECT count(*) FROM {s} WHERE delivered_at IS NULL AND NOT dead) AS pending,
+    (SELECT count(*) FROM {s}
+      WHERE delivered_at IS NULL AND NOT dead AND claimed_until > now()) AS claimed,
+    (SELECT count(*) FROM {s} WHERE dead) AS dead,
+    (SELECT count(DISTINCT thread_id) FROM {s} WHERE dead) AS blocked_threads,
+    (SELECT count(*) FROM {s} WHERE delivered_at IS NOT NULL) AS delivered,
+    (SELECT extract(epoch FROM now() - min({occurred_at}))
+       FROM (SELECT DISTINCT ON (thread_id) event FROM {s}
+             WHERE delivered_at IS NULL AND NOT dead
+             ORDER BY thread_id, position) h)::float8 AS oldest_age"""

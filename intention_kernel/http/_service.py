@@ -1,0 +1,129 @@
+"""``Service``: what the HTTP routes share (the agent, the store for reads, auth, limits and the
+running turns), and the checks every route makes of a request (the caller, the thread, the
+body)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from starlette.requests import ClientDisconnect, Request
+
+from ..contracts.durability import DurabilityStore
+from ..contracts.errors import ErrorCode
+from ..contracts.ids import validate_thread_id
+from ..kernel import CompiledAgent
+from ._auth import Authenticator, Authorizer, Principal, resolve
+from ._problems import RETRY_SAME_KEY, HttpProblem
+from ._running import RunningTurns
+
+__all__ = ["SERVICE_STATE", "Service"]
+
+SERVICE_STATE = "intention_kernel"
+"""``app.state.intention_kernel`` holds the ``Service`` (the server's shutdown hook uses it)."""
+
+_ANONYMOUS = Principal("anonymous")
+
+
+def _shutting_down() -> HttpProblem:
+    return HttpProblem(
+        503,
+        "SHUTTING_DOWN",
+        f"this instance is shutting down; {RETRY_SAME_KEY} (any instance can serve the thread)",
+        retryable=True,
+    )
+
+
+class Service:
+    """What the routes share: the agent, the store for reads, auth, limits, running turns."""
+
+    def __init__(
+        self,
+        agent: CompiledAgent,
+        store: DurabilityStore,
+        authenticate: Authenticator | None,
+        authorize: Authorizer,
+        max_body_bytes: int,
+        turn_timeout: float | None,
+        shutdown_grace: float,
+    ) -> None:
+        self.agent = agent
+        self.store = store
+        self.authenticate = authenticate
+        self.authorize = authorize
+        self.max_body_bytes = max_body_bytes
+        self.turn_timeout = turn_timeout
+        self.shutdown_grace = shutdown_grace
+        self.turns = RunningTurns()
+
+    def begin_shutdown(self) -> asyncio.Task[None]:
+        """Readiness answers 503 and new turns are refused; running turns get the grace, then
+        are cancelled. Called by the server when it is told to stop (idempotent)."""
+        return self.turns.drain(self.shutdown_grace)
+
+    # ------------------------------------------------------------------ requests
+
+    async def principal(self, request: Request) -> Principal:
+        if self.authenticate is None:
+            return _ANONYMOUS
+        found = await resolve(self.authenticate(request))
+        if found is None:
+            raise HttpProblem(
+                401,
+                "UNAUTHENTICATED",
+                "a valid bearer token is required",
+                headers={"WWW-Authenticate": 'Bearer realm="intention-kernel"'},
+            )
+        if not isinstance(found, Principal):
+            raise TypeError("authenticate must return a Principal or None")
+        return found
+
+    async def thread(self, request: Request, action: str) -> tuple[Principal, str]:
+        """The caller and the thread of the path, once the caller may ``action`` on it."""
+        principal = await self.principal(request)
+        thread_id = validate_thread_id(request.path_params["thread_id"])
+        if not await resolve(self.authorize(principal, thread_id, action)):
+            raise HttpProblem(403, "FORBIDDEN", f"{principal.id} may not {action} on this thread")
+        return principal, thread_id
+
+    async def body(self, request: Request) -> dict[str, Any]:
+        """The JSON object of the body, at most ``max_body_bytes``."""
+        limit = self.max_body_bytes
+        too_large = HttpProblem(
+            413, str(ErrorCode.PAYLOAD_TOO_LARGE), f"the body is larger than {limit} bytes"
+        )
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.strip().isdigit() and int(declared) > limit:
+            raise too_large
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise too_large
+                chunks.append(chunk)
+        except ClientDisconnect:
+            raise HttpProblem(400, "CLIENT_DISCONNECTED", "the body was not received") from None
+
+        def refuse(constant: str) -> None:
+            raise ValueError(constant)
+
+        try:
+            parsed = json.loads(b"".join(chunks), parse_constant=refuse)
+        except (ValueError, RecursionError):
+            raise HttpProblem(
+                400, str(ErrorCode.INVALID_JSON), "the body is not a JSON document"
+            ) from None
+        if not isinstance(parsed, dict):
+            raise HttpProblem(422, str(ErrorCode.INVALID_INPUT), "the body must be a JSON object")
+        unknown = sorted(set(parsed) - {"text", "selection"})
+        if unknown:
+            raise HttpProblem(
+                422,
+                str(ErrorCode.INVALID_INPUT),
+                "the body has members other than text and selection",
+                extra={"unknown": unknown[:10]},
+            )
+        return parsed
