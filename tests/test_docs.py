@@ -52,7 +52,7 @@ _cleanups.append(store.close)
     "url": """
 import uuid
 from intention_kernel.durability.postgres import admin_connection
-from intention_kernel.testing.postgres import postgres_dsn
+from tests.support.postgres import postgres_dsn
 _server = postgres_dsn().rsplit("/", 1)[0]
 _database = f"ik_docs_{uuid.uuid4().hex[:12]}"
 async with admin_connection(postgres_dsn()) as _admin:

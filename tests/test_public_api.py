@@ -539,7 +539,6 @@ PUBLIC_MODULES = [
     "intention_kernel.contracts.receipts",
     "intention_kernel.contracts.sinks",
     "intention_kernel.contracts.turns",
-    "intention_kernel.crashpoints",
     "intention_kernel.demo",
     "intention_kernel.durability",
     "intention_kernel.durability.engine",
@@ -578,7 +577,6 @@ PUBLIC_MODULES = [
     "intention_kernel.sync",
     "intention_kernel.telemetry",
     "intention_kernel.testing",
-    "intention_kernel.testing.campaign",
     "intention_kernel.testing.conformance",
     "intention_kernel.testing.conformance.cancellation",
     "intention_kernel.testing.conformance.explorer",
@@ -599,8 +597,6 @@ PUBLIC_MODULES = [
     "intention_kernel.testing.conformance.thread_filters",
     "intention_kernel.testing.events",
     "intention_kernel.testing.gateway",
-    "intention_kernel.testing.planted",
-    "intention_kernel.testing.postgres",
 ]
 """Every module importable by a public path (no segment starts with ``_``). A module not listed
 here is private: it may be renamed, split or moved without notice. Adding one is an API

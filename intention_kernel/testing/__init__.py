@@ -7,7 +7,7 @@ in-memory ``EventSink`` for relay and kernel tests. The outbox-source suite is
 hypothesis).
 """
 
-from ..crashpoints import CrashPoint, SimulatedCrash, crash_hook, raise_at
+from .._crashpoints import CrashPoint, SimulatedCrash, crash_hook, raise_at
 from ..durability.memory import MemoryDurability, MemoryStore
 from .events import EventCollector
 from .gateway import ScriptedModelGateway, ScriptEntry
