@@ -90,7 +90,7 @@ RULES = [
         "the kernel reaches storage only through the contracts' protocols (and of the model"
         " layer uses only its schema rules and model-string resolver)",
         ("intention_kernel/kernel",),
-        within("contracts", "kernel", "models.schemas", "models.resolve", "telemetry"),
+        within("contracts", "kernel", "models._schemas", "models._resolve", "telemetry"),
     ),
     Rule(
         "the relay delivers through the contracts' OutboxSource, not a store's code",
@@ -213,9 +213,9 @@ RULES = [
             driver(*sdks),
         )
         for gateway, sdks in (
-            ("openai", ("openai",)),
-            ("anthropic", ("anthropic",)),
-            ("pydantic_ai", ("pydantic_ai", "google")),
+            ("_openai", ("openai",)),
+            ("_anthropic", ("anthropic",)),
+            ("_pydantic_ai", ("pydantic_ai", "google")),
         )
     ),
 ]
@@ -384,7 +384,7 @@ def _kernel_exports() -> set[str]:
 
 
 def test_the_new_rules_catch_what_they_name() -> None:
-    assert _is_testing("intention_kernel.testing.gateway")
+    assert _is_testing("intention_kernel.testing._gateway")
     assert not _is_testing("intention_kernel.testing_helpers")
     assert _is_crashpoints("intention_kernel._crashpoints")
     assert _is_crashpoints("intention_kernel.durability._crashpoints.crash_point")

@@ -20,7 +20,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from intention_kernel.contracts.durability import DurabilityStore
-from intention_kernel.testing.conformance.explorer import KINDS, Kind, Report, explore
+from intention_kernel.testing.conformance._explorer import KINDS, Kind, Report, explore
 
 __all__ = ["main", "run_campaign"]
 
