@@ -597,6 +597,30 @@ def test_the_public_modules_are_exactly_the_listed_ones() -> None:
     assert sorted(PUBLIC_MODULES) == PUBLIC_MODULES
 
 
+PUBLIC_MODULE_BUDGET = 45
+"""At most this many public-path modules: a file is private by default outside ``contracts/``;
+a package's ``__all__`` is its API, not the files behind it."""
+
+
+def test_the_public_modules_stay_within_their_budget() -> None:
+    names = public_path_modules()
+    assert len(names) <= PUBLIC_MODULE_BUDGET, f"{len(names)} public-path modules: {names}"
+
+
+def test_the_shipped_package_holds_no_fault_machinery_and_keeps_crash_points_private() -> None:
+    """The campaign, planted bugs and scratch schemas are this repository's own test code (under
+    ``tests/support``); hosts arm crash points through ``intention_kernel.testing``."""
+    import intention_kernel.testing as testing
+    from intention_kernel import _crashpoints
+
+    names = public_path_modules()
+    for gone in ("campaign", "planted", "postgres"):
+        assert f"intention_kernel.testing.{gone}" not in names
+    assert "intention_kernel.crashpoints" not in names
+    for name in ("CrashPoint", "SimulatedCrash", "crash_hook", "raise_at"):
+        assert getattr(testing, name) is getattr(_crashpoints, name)
+
+
 def test_the_public_module_count_sees_private_segments() -> None:
     names = public_path_modules()
     assert "intention_kernel.kernel" in names
