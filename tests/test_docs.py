@@ -156,6 +156,22 @@ sink = open_sink("stdout://")
 """Names the docs' text introduces, each built by code (which may use other givens)."""
 
 GIVEN_IN: dict[str, dict[str, str]] = {
+    "conformance.md": {  # "my" roles: the in-process store's, over one shared state
+        "connection": """
+from intention_kernel.durability.memory import MemoryStore
+connection = MemoryStore()
+""",
+        "MyTurns": "from intention_kernel.durability.memory._adapter import MemoryTurns as MyTurns",
+        "MyHistory": """
+from intention_kernel.durability.memory._adapter import MemoryHistory as MyHistory
+""",
+        "MyOutbox": """
+from intention_kernel.durability.memory._outbox import MemoryOutbox as MyOutbox
+""",
+        "MyInspection": """
+from intention_kernel.durability.memory._inspect import MemoryInspection as MyInspection
+""",
+    },
     "inspector.md": {  # the inspector's pages serve a compiled agent
         "agent": """
 from intention_kernel.examples.travel_desk import compile_desk
