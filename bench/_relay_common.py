@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 
 from intention_kernel.contracts import DurabilityStore, KernelEvent, TurnScope
+from intention_kernel.contracts.ids import new_id
 from intention_kernel.relay import EventSink, PublishOutcome
 from intention_kernel.testing.conformance import make_events, make_result
+
+
+def postgres_dsn() -> str:
+    """The server the PostgreSQL benchmarks use (``IK_POSTGRES_DSN``, as the tests do)."""
+    return os.environ.get("IK_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+def scratch_schema(prefix: str) -> str:
+    """A fresh schema name, so a run never sees another run's rows."""
+    return f"{prefix}_{new_id('s').split('_', 1)[1]}"
 
 
 class Timed:

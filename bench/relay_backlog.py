@@ -35,15 +35,14 @@ from pathlib import Path
 from typing import Any, cast
 
 import asyncpg
-from _relay_common import commit_turn
+from _relay_common import commit_turn, postgres_dsn, scratch_schema
 
 from intention_kernel.contracts import DurabilityStore
 from intention_kernel.contracts.outbox import OutboxSource
-from intention_kernel.durability.postgres import PostgresDurability
+from intention_kernel.durability.postgres import PostgresDurability, drop_schema
 from intention_kernel.durability.sqlite import SQLiteDurability
 from intention_kernel.relay import OutboxRelay
 from intention_kernel.testing import EventCollector
-from intention_kernel.testing.postgres import drop_schema, postgres_dsn, scratch_schema
 
 RESULTS = Path(__file__).parent / "results" / "relay_backlog.json"
 THREADS = 4

@@ -34,11 +34,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from _relay_common import Timed, commit_turn
+from _relay_common import Timed, commit_turn, postgres_dsn, scratch_schema
 
-from intention_kernel.durability.postgres import PostgresDurability
+from intention_kernel.durability.postgres import PostgresDurability, drop_schema
 from intention_kernel.relay import OutboxRelay, open_sink
-from intention_kernel.testing.postgres import drop_schema, postgres_dsn, scratch_schema
 
 RESULTS = Path(__file__).parent / "results" / "relay_postgres.json"
 THREADS = 50

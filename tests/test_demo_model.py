@@ -13,7 +13,7 @@ import pytest
 
 from intention_kernel.contracts.gateway import ModelRequest
 from intention_kernel.demo import cli
-from intention_kernel.examples.travel_desk.model import compose, interpret
+from intention_kernel.examples.travel_desk._model import compose, interpret
 
 
 def _completion(answer: object) -> dict[str, object]:

@@ -52,7 +52,7 @@ _cleanups.append(store.close)
     "url": """
 import uuid
 from intention_kernel.durability.postgres import admin_connection
-from intention_kernel.testing.postgres import postgres_dsn
+from tests.support.postgres import postgres_dsn
 _server = postgres_dsn().rsplit("/", 1)[0]
 _database = f"ik_docs_{uuid.uuid4().hex[:12]}"
 async with admin_connection(postgres_dsn()) as _admin:
@@ -156,6 +156,22 @@ sink = open_sink("stdout://")
 """Names the docs' text introduces, each built by code (which may use other givens)."""
 
 GIVEN_IN: dict[str, dict[str, str]] = {
+    "conformance.md": {  # "my" roles: the in-process store's, over one shared state
+        "connection": """
+from intention_kernel.durability.memory import MemoryStore
+connection = MemoryStore()
+""",
+        "MyTurns": "from intention_kernel.durability.memory._adapter import MemoryTurns as MyTurns",
+        "MyHistory": """
+from intention_kernel.durability.memory._adapter import MemoryHistory as MyHistory
+""",
+        "MyOutbox": """
+from intention_kernel.durability.memory._outbox import MemoryOutbox as MyOutbox
+""",
+        "MyInspection": """
+from intention_kernel.durability.memory._inspect import MemoryInspection as MyInspection
+""",
+    },
     "inspector.md": {  # the inspector's pages serve a compiled agent
         "agent": """
 from intention_kernel.examples.travel_desk import compile_desk

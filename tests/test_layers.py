@@ -84,18 +84,18 @@ RULES = [
     Rule(
         "the durability layer knows nothing of agents, the command line or the relay",
         ("intention_kernel/durability",),
-        within("contracts", "durability", "crashpoints"),
+        within("contracts", "durability", "_crashpoints"),
     ),
     Rule(
         "the kernel reaches storage only through the contracts' protocols (and of the model"
         " layer uses only its schema rules and model-string resolver)",
         ("intention_kernel/kernel",),
-        within("contracts", "kernel", "models.schemas", "models.resolve", "telemetry"),
+        within("contracts", "kernel", "models._schemas", "models._resolve", "telemetry"),
     ),
     Rule(
         "the relay delivers through the contracts' OutboxSource, not a store's code",
         ("intention_kernel/relay",),
-        within("contracts", "relay", "crashpoints", "telemetry"),
+        within("contracts", "relay", "_crashpoints", "telemetry"),
     ),
     Rule(
         "telemetry sits below the kernel and the relay: it knows only the contracts",
@@ -213,9 +213,9 @@ RULES = [
             driver(*sdks),
         )
         for gateway, sdks in (
-            ("openai", ("openai",)),
-            ("anthropic", ("anthropic",)),
-            ("pydantic_ai", ("pydantic_ai", "google")),
+            ("_openai", ("openai",)),
+            ("_anthropic", ("anthropic",)),
+            ("_pydantic_ai", ("pydantic_ai", "google")),
         )
     ),
 ]
@@ -384,12 +384,12 @@ def _kernel_exports() -> set[str]:
 
 
 def test_the_new_rules_catch_what_they_name() -> None:
-    assert _is_testing("intention_kernel.testing.gateway")
+    assert _is_testing("intention_kernel.testing._gateway")
     assert not _is_testing("intention_kernel.testing_helpers")
-    assert _is_crashpoints("intention_kernel.crashpoints")
+    assert _is_crashpoints("intention_kernel._crashpoints")
     assert _is_crashpoints("intention_kernel.durability._crashpoints.crash_point")
     assert not _is_crashpoints("intention_kernel.relay._relay")
-    found = set(imports_of("from ..crashpoints import crash_point", "intention_kernel.relay.x"))
+    found = set(imports_of("from .._crashpoints import crash_point", "intention_kernel.relay.x"))
     assert any(map(_is_crashpoints, found))
 
 

@@ -17,6 +17,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import JsonValue
 
+from .._crashpoints import CrashPoint, SimulatedCrash, crash_point
 from ..contracts import codec
 from ..contracts.checkpoint import KernelCheckpoint
 from ..contracts.errors import (
@@ -40,7 +41,6 @@ from ..contracts.receipts import (
     ReceiptStatus,
 )
 from ..contracts.turns import DurableTurnResult
-from ..crashpoints import CrashPoint, SimulatedCrash, crash_point
 from . import _turns
 from ._documents import encode_model
 from ._ledger import EffectAction, finish_receipt, uncertain_error

@@ -214,7 +214,7 @@ def _check_routes(
         if route is None or not isinstance(dialect, str) or id(route.gateway) in checked:
             continue
         checked.add(id(route.gateway))
-        from ..models.schemas import check_schema
+        from ..models._schemas import check_schema
 
         for cap in caps:
             if not _is_model(cap.input_schema):

@@ -118,7 +118,7 @@ class Kernel:
         install or set). Imported here so the kernel needs no provider SDK until one is named."""
         gateway = self._resolved.get(model)
         if gateway is None:
-            from ..models.resolve import resolve_model
+            from ..models._resolve import resolve_model
 
             gateway = self._resolved[model] = resolve_model(model)
         return gateway

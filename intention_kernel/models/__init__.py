@@ -22,14 +22,14 @@ from typing import TYPE_CHECKING, Any
 
 from ..contracts.gateway import ModelRefusal
 from ._common import TASK_GUIDES
-from .resolve import PROVIDERS, Provider, resolve_model
-from .retry import Failure, RetryPolicy
-from .schemas import DIALECTS, Dialect, check_schema, strip_null_optionals, to_dialect
+from ._resolve import PROVIDERS, Provider, resolve_model
+from ._retry import Failure, RetryPolicy
+from ._schemas import DIALECTS, Dialect, check_schema, strip_null_optionals, to_dialect
 
 if TYPE_CHECKING:
-    from .anthropic import AnthropicGateway
-    from .openai import OpenAIGateway
-    from .pydantic_ai import PydanticAIGateway
+    from ._anthropic import AnthropicGateway
+    from ._openai import OpenAIGateway
+    from ._pydantic_ai import PydanticAIGateway
 
 __all__ = [
     "DIALECTS",
@@ -50,9 +50,9 @@ __all__ = [
 ]
 
 _LAZY = {
-    "OpenAIGateway": ".openai",
-    "AnthropicGateway": ".anthropic",
-    "PydanticAIGateway": ".pydantic_ai",
+    "OpenAIGateway": "._openai",
+    "AnthropicGateway": "._anthropic",
+    "PydanticAIGateway": "._pydantic_ai",
 }
 
 

@@ -14,7 +14,7 @@ from pydantic import JsonValue
 from ..contracts.errors import ModelGatewayError
 from ..contracts.gateway import ModelOutputDelta, ModelRequest
 from ._providers import PROVIDERS
-from .retry import Failure
+from ._retry import Failure
 
 __all__ = [
     "TASK_GUIDES",

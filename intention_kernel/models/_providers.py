@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .schemas import Dialect
+from ._schemas import Dialect
 
 __all__ = ["PROVIDERS", "Provider"]
 

@@ -36,12 +36,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from .._crashpoints import RelayCrashPoint, crash_point
 from ..contracts.errors import ConfigurationError, KernelError
 from ..contracts.events import KernelEvent, StoredEvent
 from ..contracts.ids import new_id
 from ..contracts.outbox import OutboxNotifier, OutboxSource, OutboxStats
 from ..contracts.sinks import EventSink, OutcomeKind, PublishOutcome
-from ..crashpoints import RelayCrashPoint, crash_point
 from ..telemetry import RelayTelemetry
 from ._backoff import Backoff
 

@@ -76,7 +76,7 @@ def make_backend(backend: str, tmp_path: Path) -> Iterator[Seeded]:
         path = tmp_path / "store.db"
         yield Seeded("sqlite", str(path), Provider(), path=path)
         return
-    from intention_kernel.testing.postgres import drop_schema, require_postgres, scratch_schema
+    from tests.support.postgres import drop_schema, require_postgres, scratch_schema
 
     dsn = require_postgres()
     schema = scratch_schema("ik_cli")

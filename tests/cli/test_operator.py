@@ -14,7 +14,7 @@ import pytest
 
 from intention_kernel import __version__
 from intention_kernel.cli._app import run
-from intention_kernel.testing.postgres import require_postgres
+from tests.support.postgres import require_postgres
 
 from .conftest import Seeded
 from .support import cli, cli_json, commit_turn, open_sqlite

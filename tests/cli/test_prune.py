@@ -183,7 +183,7 @@ async def _pg_case(dsn: str, threads: list[list[TurnSpec]]) -> None:
     import asyncpg
 
     from intention_kernel.durability.postgres import PostgresDurability
-    from intention_kernel.testing.postgres import drop_schema, scratch_schema
+    from tests.support.postgres import drop_schema, scratch_schema
 
     schema = scratch_schema("ik_prune")
     s = f'"{schema}"'
@@ -229,7 +229,7 @@ async def _pg_case(dsn: str, threads: list[list[TurnSpec]]) -> None:
 
 @pytest.fixture(scope="module")
 def pg_dsn() -> str:
-    from intention_kernel.testing.postgres import require_postgres
+    from tests.support.postgres import require_postgres
 
     return require_postgres()
 

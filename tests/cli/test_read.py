@@ -169,7 +169,7 @@ def test_migrate_dry_run_then_apply(empty: Seeded) -> None:
 
 
 def test_postgres_errors() -> None:
-    from intention_kernel.testing.postgres import require_postgres
+    from tests.support.postgres import require_postgres
 
     dsn = require_postgres()
     down = cli("status", "--store", "postgresql://nobody@127.0.0.1:1/none")

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from intention_kernel.durability.postgres import PostgresDurability
-from intention_kernel.testing.postgres import drop_schema, require_postgres, scratch_schema
+from tests.support.postgres import drop_schema, require_postgres, scratch_schema
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from intention_kernel.durability.factory import (
 from intention_kernel.durability.memory import MemoryDurability
 from intention_kernel.durability.postgres import PostgresDurability
 from intention_kernel.durability.sqlite import SQLiteDurability
-from intention_kernel.testing.postgres import drop_schema, require_postgres, scratch_schema
+from tests.support.postgres import drop_schema, require_postgres, scratch_schema
 
 CWD = Path.cwd()
 HOME = Path.home()

@@ -8,7 +8,7 @@ from intention_kernel.contracts.errors import ConfigurationError
 from intention_kernel.durability.factory import open_durability
 from intention_kernel.durability.memory import MemoryDurability
 from intention_kernel.durability.postgres import PostgresDurability
-from intention_kernel.testing.postgres import drop_schema, require_postgres, scratch_schema
+from tests.support.postgres import drop_schema, require_postgres, scratch_schema
 
 
 async def test_memory_url_opens_the_memory_adapter() -> None:

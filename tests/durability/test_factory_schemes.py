@@ -20,7 +20,7 @@ from intention_kernel.durability.factory import (
 )
 from intention_kernel.durability.postgres import PostgresDurability
 from intention_kernel.durability.sqlite import SQLiteDurability
-from intention_kernel.testing.postgres import drop_schema, require_postgres, scratch_schema
+from tests.support.postgres import drop_schema, require_postgres, scratch_schema
 
 
 def test_the_schemes_are_unchanged() -> None:

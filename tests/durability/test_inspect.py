@@ -30,7 +30,7 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
             await opened.close()
         return
     from intention_kernel.durability.postgres import PostgresDurability
-    from intention_kernel.testing.postgres import drop_schema, postgres_dsn, scratch_schema
+    from tests.support.postgres import drop_schema, postgres_dsn, scratch_schema
 
     dsn, schema = await _reachable(postgres_dsn()), scratch_schema("ik_inspect")
     pg = await PostgresDurability.open(dsn, schema=schema, setup=True, max_size=2)

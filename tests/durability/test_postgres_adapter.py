@@ -20,7 +20,7 @@ from intention_kernel.contracts.errors import (
 )
 from intention_kernel.durability.postgres import MIGRATIONS, PostgresDurability
 from intention_kernel.testing.conformance import Provider, commit_simple, effect, make_result
-from intention_kernel.testing.postgres import revoke_lease
+from tests.support.postgres import revoke_lease
 
 from ._statements import recorded
 from .conftest import open_store

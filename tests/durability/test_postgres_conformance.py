@@ -4,7 +4,7 @@ import pytest
 
 from intention_kernel.durability.postgres import admin_connection
 from intention_kernel.testing.conformance import DurabilityConformance
-from intention_kernel.testing.postgres import PostgresHarness
+from tests.support.postgres import PostgresHarness
 
 
 class CorruptiblePostgresHarness(PostgresHarness):

@@ -113,7 +113,7 @@ async def test_a_fresh_database_says_how_to_create_the_schema() -> None:
     from intention_kernel.contracts.errors import StoreSchemaError
     from intention_kernel.durability import open_durability
     from intention_kernel.durability.postgres import PostgresDurability
-    from intention_kernel.testing.postgres import drop_schema, require_postgres, scratch_schema
+    from tests.support.postgres import drop_schema, require_postgres, scratch_schema
 
     dsn = await asyncio.to_thread(require_postgres)
     schema = scratch_schema("ik_fresh")

@@ -18,7 +18,7 @@ from intention_kernel.contracts.errors import DurabilityError, ErrorCode
 from intention_kernel.durability.postgres import PostgresDurability
 from intention_kernel.durability.postgres._lanes import IDLE_SECONDS
 from intention_kernel.testing.conformance import commit_simple
-from intention_kernel.testing.postgres import drop_schema, scratch_schema
+from tests.support.postgres import drop_schema, scratch_schema
 
 from .conftest import open_store
 

@@ -27,7 +27,7 @@ from intention_kernel.testing.conformance.outbox import (
     OutboxStore,
     commit_events,
 )
-from intention_kernel.testing.postgres import drop_schema, scratch_schema
+from tests.support.postgres import drop_schema, scratch_schema
 
 
 class PostgresOutboxHarness(OutboxHarness):

@@ -143,7 +143,7 @@ async def test_sqlite_migration_fills_the_head_columns(tmp_path: Path) -> None:
 @pytest.fixture
 async def pg_schema(dsn: str) -> AsyncIterator[tuple[str, str]]:
     from intention_kernel.durability.postgres import drop_schema
-    from intention_kernel.testing.postgres import scratch_schema
+    from tests.support.postgres import scratch_schema
 
     schema = scratch_schema("ik_listing")
     try:

@@ -4,7 +4,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from intention_kernel.testing.postgres import drop_schema, require_postgres, scratch_schema
+from tests.support.postgres import drop_schema, require_postgres, scratch_schema
 
 
 @pytest.fixture(scope="module")

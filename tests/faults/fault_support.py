@@ -19,8 +19,13 @@ SCALE = max(1, int(os.environ.get("IK_FAULT_SCALE", "1")))
 """Multiplies the loop counts: 1 is the short CI version, e.g. 20 is the long campaign."""
 
 
+ROOT = str(Path(__file__).resolve().parents[2])
+"""The repository root: the worker, run as a script, imports the planted bugs from ``tests``."""
+
+
 def worker_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "IK_PLANTED_BUG"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, (ROOT, os.environ.get("PYTHONPATH"))))
     env.update(extra)
     return env
 

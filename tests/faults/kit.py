@@ -34,10 +34,10 @@ from typing import Any
 
 import asyncpg
 
+from intention_kernel._crashpoints import CrashPoint, kill_at, set_crash_hook
 from intention_kernel.contracts import TurnScope
 from intention_kernel.contracts.errors import KernelError, LeaseLostError
 from intention_kernel.contracts.receipts import EffectAuthority
-from intention_kernel.crashpoints import CrashPoint, kill_at, set_crash_hook
 from intention_kernel.durability.postgres import PostgresDurability
 from intention_kernel.durability.postgres._sql import Statements
 from intention_kernel.durability.postgres._turns import PostgresTurns

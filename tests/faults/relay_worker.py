@@ -14,7 +14,7 @@ import os
 import sys
 from typing import Any
 
-from intention_kernel.crashpoints import RelayCrashPoint, kill_at, set_crash_hook
+from intention_kernel._crashpoints import RelayCrashPoint, kill_at, set_crash_hook
 from intention_kernel.durability.postgres import PostgresDurability
 from intention_kernel.durability.sqlite import SQLiteDurability
 from intention_kernel.relay import OutboxRelay, open_sink

@@ -12,7 +12,7 @@ Modes:
   until stdin closes or ``lifetime`` seconds pass.
 
 With ``IK_PLANTED_BUG=prepare_after_call`` in the environment, the store carries that planted bug
-(``intention_kernel.testing.planted``): the crash campaign must catch it.
+(``tests.support.planted``): the crash campaign must catch it.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from intention_kernel._crashpoints import CrashPoint, kill_at, set_crash_hook
 from intention_kernel.contracts import (
     DurabilityError,
     DurableTurnResult,
@@ -40,9 +41,8 @@ from intention_kernel.contracts import (
     KernelEvent,
     TurnScope,
 )
-from intention_kernel.crashpoints import CrashPoint, kill_at, set_crash_hook
 from intention_kernel.durability.sqlite import SQLiteDurability
-from intention_kernel.testing.planted import PrepareAfterCall
+from tests.support.planted import PrepareAfterCall
 
 CAPABILITY = "test.call"
 

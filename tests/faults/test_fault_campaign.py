@@ -1,7 +1,7 @@
 """The bounded fault campaign (cancellation, timeouts, lost writes) on SQLite and PostgreSQL.
 
 CI injects at least 1,000 faults (``IK_FAULT_SCALE`` multiplies them; the long run is
-``python -m intention_kernel.testing.campaign --faults 10000``) and requires no violation.
+``python -m tests.support.campaign --faults 10000``) and requires no violation.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 import os
 
-from intention_kernel.testing.campaign import run_campaign, summary
-from intention_kernel.testing.postgres import require_postgres
+from tests.support.campaign import run_campaign, summary
+from tests.support.postgres import require_postgres
 
 from .kit import fault_scale
 

@@ -11,11 +11,11 @@ from typing import Any
 import asyncpg
 import pytest
 
+from intention_kernel._crashpoints import AnyCrashPoint, CrashPoint, crash_hook
 from intention_kernel.contracts import TurnScope
 from intention_kernel.contracts.errors import DurabilityError, ErrorCode, TurnConflictError
 from intention_kernel.contracts.ids import new_id
 from intention_kernel.contracts.receipts import EffectAuthority
-from intention_kernel.crashpoints import AnyCrashPoint, CrashPoint, crash_hook
 from intention_kernel.durability.postgres import PostgresDurability
 from intention_kernel.testing.conformance import effect, make_events, make_result
 

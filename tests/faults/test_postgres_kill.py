@@ -10,7 +10,7 @@ import os
 import signal
 import tempfile
 
-from intention_kernel.crashpoints import CrashPoint
+from intention_kernel._crashpoints import CrashPoint
 from intention_kernel.durability.postgres import PostgresDurability
 from intention_kernel.testing.conformance import effect
 

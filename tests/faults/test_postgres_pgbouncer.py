@@ -24,7 +24,7 @@ from intention_kernel.contracts.errors import ConfigurationError, ErrorCode
 from intention_kernel.durability.postgres import PostgresDurability
 from intention_kernel.testing.conformance import Provider, commit_simple, effect
 from intention_kernel.testing.conformance.outbox import commit_events
-from intention_kernel.testing.postgres import drop_schema, scratch_schema
+from tests.support.postgres import drop_schema, scratch_schema
 
 from . import kit
 from .test_postgres_kill import test_kill_9_at_every_crash_point as kill_matrix

@@ -13,7 +13,7 @@ import signal
 import tempfile
 import time
 
-from intention_kernel.crashpoints import CrashPoint
+from intention_kernel._crashpoints import CrashPoint
 from intention_kernel.testing.conformance import effect
 
 from .kit import (

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from intention_kernel.crashpoints import RelayCrashPoint
+from intention_kernel._crashpoints import RelayCrashPoint
 from intention_kernel.durability.postgres import PostgresDurability
 from intention_kernel.testing.conformance.outbox import commit_events
-from intention_kernel.testing.postgres import drop_schema, scratch_schema
+from tests.support.postgres import drop_schema, scratch_schema
 
 from .fault_support import SCALE
 from .test_relay_processes import read_sink, start_relay, wait

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from intention_kernel.crashpoints import RelayCrashPoint
+from intention_kernel._crashpoints import RelayCrashPoint
 from intention_kernel.durability.sqlite import SQLiteDurability
 from intention_kernel.testing.conformance.outbox import commit_events
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from intention_kernel.crashpoints import CrashPoint
+from intention_kernel._crashpoints import CrashPoint
 from intention_kernel.durability.sqlite import SQLiteDurability
 
 from .fault_support import (

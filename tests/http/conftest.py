@@ -29,7 +29,7 @@ async def _sqlite(tmp_path: Path) -> AsyncIterator[DurabilityStore]:
 @asynccontextmanager
 async def _postgres(tmp_path: Path) -> AsyncIterator[DurabilityStore]:
     from intention_kernel.durability.postgres import PostgresDurability
-    from intention_kernel.testing.postgres import drop_schema, require_postgres, scratch_schema
+    from tests.support.postgres import drop_schema, require_postgres, scratch_schema
 
     dsn = await asyncio.to_thread(require_postgres)  # fails under CI=true when it is missing
     schema = scratch_schema("ik_http")

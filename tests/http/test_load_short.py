@@ -229,7 +229,7 @@ def test_short_load_on_sqlite(tmp_path: Path) -> None:
 
 
 def test_short_load_on_two_servers_sharing_postgresql(tmp_path: Path) -> None:
-    from intention_kernel.testing.postgres import require_postgres
+    from tests.support.postgres import require_postgres
 
     dsn = require_postgres()
     report = run_short(tmp_path, "--store", dsn, "--duplicates", "0.3", "--timeouts", "0.2")

@@ -138,7 +138,7 @@ class Live:
             self._cleanup.append(store.close)
             return store
         from intention_kernel.durability.postgres import PostgresDurability
-        from intention_kernel.testing.postgres import drop_schema, require_postgres, scratch_schema
+        from tests.support.postgres import drop_schema, require_postgres, scratch_schema
 
         dsn = await asyncio.to_thread(require_postgres)  # fails under CI=true when missing
         schema = scratch_schema("ik_inspector")

@@ -11,7 +11,7 @@ import json
 import sys
 from typing import Any
 
-from intention_kernel.crashpoints import CrashPoint, kill_at, set_crash_hook
+from intention_kernel._crashpoints import CrashPoint, kill_at, set_crash_hook
 from intention_kernel.durability.sqlite import SQLiteDurability
 from intention_kernel.examples.travel_desk import FakeHotelProvider, build_agent, scripted_model
 from intention_kernel.kernel import Kernel

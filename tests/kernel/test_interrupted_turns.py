@@ -16,7 +16,7 @@ import pytest
 from intention_kernel.contracts import DurabilityStore, KernelError, ReceiptStatus
 from intention_kernel.durability.sqlite import SQLiteDurability
 from intention_kernel.testing import MemoryDurability
-from intention_kernel.testing.conformance.explorer import interrupt
+from intention_kernel.testing.conformance._explorer import interrupt
 
 from .support import make_world, support_agent
 from .writes import CHARGE, REFUND, accept, payments_world

@@ -106,7 +106,7 @@ async def test_repair_uses_the_interpret_model_then_the_default(
 
 
 def test_model_strings_are_resolved_once_per_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
-    from intention_kernel.models import resolve as resolving
+    from intention_kernel.models import _resolve as resolving
 
     built: list[str] = []
 

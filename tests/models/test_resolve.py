@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-import intention_kernel.models.resolve as resolve_module
+import intention_kernel.models._resolve as resolve_module
 from intention_kernel.contracts.errors import ConfigurationError, ErrorCode
 from intention_kernel.contracts.gateway import ModelRequest
 from intention_kernel.models import (

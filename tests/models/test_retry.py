@@ -8,7 +8,7 @@ import pytest
 
 from intention_kernel.contracts.errors import ConfigurationError, ModelGatewayError
 from intention_kernel.models import Failure, RetryPolicy
-from intention_kernel.models.retry import stream_with_retries, with_retries
+from intention_kernel.models._retry import stream_with_retries, with_retries
 
 from .fakes import Clock, policy
 

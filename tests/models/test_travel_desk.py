@@ -21,7 +21,7 @@ from pydantic_ai.providers.google import GoogleProvider
 from intention_kernel.contracts.errors import AgentCompilationError, ModelGatewayError
 from intention_kernel.contracts.gateway import ModelGateway, ModelRequest
 from intention_kernel.examples.travel_desk import FakeHotelProvider, build_agent
-from intention_kernel.examples.travel_desk.model import compose, interpret
+from intention_kernel.examples.travel_desk._model import compose, interpret
 from intention_kernel.kernel import (
     AgentDefinition,
     Completed,

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime
 
+from ..._crashpoints import CrashPoint, crash_point
 from ...contracts.checkpoint import KernelCheckpoint
 from ...contracts.codec import DEFAULT_LIMITS, JsonLimits
 from ...contracts.errors import (
@@ -30,7 +31,6 @@ from ...contracts.receipts import (
     ReconciliationRecord,
 )
 from ...contracts.turns import DurableTurnResult
-from ...crashpoints import CrashPoint, crash_point
 from .. import _turns
 from .._documents import (
     decode_model,

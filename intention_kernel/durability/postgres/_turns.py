@@ -16,6 +16,7 @@ from typing import Any
 
 import asyncpg
 
+from ..._crashpoints import CrashPoint, crash_point
 from ...contracts.codec import JsonLimits
 from ...contracts.errors import (
     DurabilityError,
@@ -25,7 +26,6 @@ from ...contracts.errors import (
     TurnConflictError,
 )
 from ...contracts.receipts import EffectIdentity, EffectReceipt
-from ...crashpoints import CrashPoint, crash_point
 from .. import _turns
 from .._documents import decode_turn
 from .._ledger import EffectStart

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
+from ..._crashpoints import CrashPoint, crash_point
 from ...contracts.checkpoint import KernelCheckpoint
 from ...contracts.codec import JsonLimits
 from ...contracts.errors import (
@@ -29,7 +30,6 @@ from ...contracts.receipts import (
     EffectReceipt,
 )
 from ...contracts.turns import DurableTurnResult
-from ...crashpoints import CrashPoint, crash_point
 from .. import _turns
 from .._documents import (
     OwnTexts,

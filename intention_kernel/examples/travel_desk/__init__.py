@@ -7,9 +7,9 @@ It runs against ``FakeHotelProvider``, a provider port that honours idempotency 
 intention_kernel.examples.travel_desk:compile_desk`` needs.
 """
 
-from .agent import HOTELS, build_agent
-from .model import scripted_model
-from .provider import FakeHotelProvider
-from .service import compile_desk
+from ._agent import HOTELS, build_agent
+from ._model import scripted_model
+from ._provider import FakeHotelProvider
+from ._service import compile_desk
 
 __all__ = ["HOTELS", "FakeHotelProvider", "build_agent", "compile_desk", "scripted_model"]

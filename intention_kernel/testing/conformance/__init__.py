@@ -33,6 +33,20 @@ Test names start with the rule they check (``test_rule4_...``). The suite needs 
 ``testing`` extra (pytest, hypothesis); it does not need an asyncio pytest plugin.
 """
 
+from ._cancellation import Cancellation
+from ._interrupted import InterruptedReceipts
+from ._misuse import Misuse
+from ._poison import PoisonData
+from ._public_face import PublicFace
+from ._reconcile import Reconcile
+from ._rule1_serialize import Rule1Serialize
+from ._rule2_checkpoint import Rule2Checkpoint
+from ._rule3_replay import Rule3Replay
+from ._rule4_effects import Rule4Effects
+from ._rule5_commit import Rule5Commit
+from ._rule6_failed_operation import Rule6FailedOperation
+from ._rule7_restart import Rule7Restart
+from ._stateful import Stateful
 from ._support import (
     ROLES,
     ConformanceHarness,
@@ -44,21 +58,7 @@ from ._support import (
     make_result,
     turn_storage,
 )
-from .cancellation import Cancellation
-from .interrupted import InterruptedReceipts
-from .misuse import Misuse
-from .poison import PoisonData
-from .public_face import PublicFace
-from .reconcile import Reconcile
-from .rule1_serialize import Rule1Serialize
-from .rule2_checkpoint import Rule2Checkpoint
-from .rule3_replay import Rule3Replay
-from .rule4_effects import Rule4Effects
-from .rule5_commit import Rule5Commit
-from .rule6_failed_operation import Rule6FailedOperation
-from .rule7_restart import Rule7Restart
-from .stateful import Stateful
-from .thread_filters import ThreadFilters
+from ._thread_filters import ThreadFilters
 
 __all__ = [
     "ROLES",

@@ -1,6 +1,6 @@
 """The fault campaign: the explorer's cases at scale, on real stores, with a report.
 
-    python -m intention_kernel.testing.campaign --faults 10000 --json bench/results/faults.json
+    python -m tests.support.campaign --faults 10000 --json bench/results/faults.json
 
 Runs, for each store (SQLite in a temporary directory, PostgreSQL in a scratch schema, or the
 memory store), every fault position of every kind on every turn shape, then random cases until
@@ -19,8 +19,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from ..contracts.durability import DurabilityStore
-from .conformance.explorer import KINDS, Kind, Report, explore
+from intention_kernel.contracts.durability import DurabilityStore
+from intention_kernel.testing.conformance._explorer import KINDS, Kind, Report, explore
 
 __all__ = ["main", "run_campaign"]
 
@@ -31,12 +31,12 @@ STORES = ("sqlite", "postgres", "memory")
 async def _stores(kind: str, dsn: str | None) -> AsyncIterator[tuple[DurabilityStore, ...]]:
     """Two adapter instances over one fresh storage (the second delivers duplicates)."""
     if kind == "memory":
-        from ..durability.memory import MemoryDurability, MemoryStore
+        from intention_kernel.durability.memory import MemoryDurability, MemoryStore
 
         shared = MemoryStore()
         yield MemoryDurability(shared), MemoryDurability(shared)
     elif kind == "sqlite":
-        from ..durability.sqlite import SQLiteDurability
+        from intention_kernel.durability.sqlite import SQLiteDurability
 
         with tempfile.TemporaryDirectory(prefix="ik-campaign-") as directory:
             path = Path(directory) / "campaign.db"
@@ -48,7 +48,8 @@ async def _stores(kind: str, dsn: str | None) -> AsyncIterator[tuple[DurabilityS
                 await first.close()
                 await second.close()
     else:
-        from ..durability.postgres import PostgresDurability
+        from intention_kernel.durability.postgres import PostgresDurability
+
         from .postgres import drop_schema, postgres_dsn, scratch_schema
 
         url = dsn or postgres_dsn()
@@ -99,7 +100,7 @@ def summary(reports: list[Report]) -> dict[str, object]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m intention_kernel.testing.campaign")
+    parser = argparse.ArgumentParser(prog="python -m tests.support.campaign")
     parser.add_argument("--store", action="append", choices=STORES, help="repeatable")
     parser.add_argument("--faults", type=int, default=10_000, help="faults to inject in all")
     parser.add_argument("--seed", type=int, default=0)

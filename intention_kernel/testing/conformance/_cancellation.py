@@ -7,8 +7,8 @@ instance, and requires zero invariant violations. ``campaign`` runs the same cas
 
 from __future__ import annotations
 
+from ._explorer import Kind, explore
 from ._support import ConformanceHarness, conformance_test
-from .explorer import Kind, explore
 
 __all__ = ["Cancellation"]
 

@@ -13,11 +13,16 @@ from typing import Any
 
 from pydantic import JsonValue
 
-from ..contracts.checkpoint import KernelCheckpoint
-from ..contracts.events import KernelEvent
-from ..contracts.receipts import EffectAuthority, EffectExecution, EffectIdentity, EffectReceipt
-from ..contracts.turns import DurableTurnResult
-from ..durability.store import DurableStore
+from intention_kernel.contracts.checkpoint import KernelCheckpoint
+from intention_kernel.contracts.events import KernelEvent
+from intention_kernel.contracts.receipts import (
+    EffectAuthority,
+    EffectExecution,
+    EffectIdentity,
+    EffectReceipt,
+)
+from intention_kernel.contracts.turns import DurableTurnResult
+from intention_kernel.durability.store import DurableStore
 
 __all__ = ["CallBeforePrepare", "PrepareAfterCall"]
 

@@ -18,11 +18,11 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from ..._crashpoints import CrashPoint, SimulatedCrash, crash_hook, raise_at
 from ...contracts.durability import DurabilityStore, EffectOperation, TurnScope
 from ...contracts.errors import EffectConflictError, EffectNotAppliedError, EffectUncertainError
 from ...contracts.ids import new_id
 from ...contracts.receipts import EffectAuthority, ReceiptStatus, ReconcileOutcome
-from ...crashpoints import CrashPoint, SimulatedCrash, crash_hook, raise_at
 from ._support import ConformanceHarness, effect, make_result
 
 __all__ = ["Stateful"]

@@ -7,6 +7,7 @@ import asyncio
 import pytest
 from pydantic import JsonValue
 
+from ..._crashpoints import CrashPoint, SimulatedCrash, crash_hook, raise_at
 from ...contracts.durability import DurabilityStore, EffectOperation, TurnScope
 from ...contracts.errors import (
     EffectConflictError,
@@ -16,7 +17,6 @@ from ...contracts.errors import (
     UsageError,
 )
 from ...contracts.receipts import EffectAuthority, EffectExecution, EffectIdentity, ReceiptStatus
-from ...crashpoints import CrashPoint, SimulatedCrash, crash_hook, raise_at
 from ._support import (
     ConformanceHarness,
     Provider,

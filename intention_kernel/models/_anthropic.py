@@ -36,8 +36,8 @@ from ._common import (
     restarted,
     stream_checked,
 )
-from .retry import Failure, RetryPolicy, stream_with_retries, with_retries
-from .schemas import Dialect, strip_null_optionals, to_dialect
+from ._retry import Failure, RetryPolicy, stream_with_retries, with_retries
+from ._schemas import Dialect, strip_null_optionals, to_dialect
 
 __all__ = ["AnthropicGateway"]
 

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from ..contracts.durability import DurabilityStore
-from ..contracts.ids import new_id
-from ..durability.postgres import PostgresDurability, admin_connection, drop_schema
-from .conformance import ConformanceHarness
+from intention_kernel.contracts.durability import DurabilityStore
+from intention_kernel.contracts.ids import new_id
+from intention_kernel.durability.postgres import PostgresDurability, admin_connection, drop_schema
+from intention_kernel.testing.conformance import ConformanceHarness
 
 __all__ = [
     "PostgresHarness",

@@ -38,8 +38,8 @@ from ._common import (
     render,
     restarted,
 )
-from .retry import Failure, RetryPolicy, stream_with_retries, with_retries
-from .schemas import Dialect, strip_null_optionals
+from ._retry import Failure, RetryPolicy, stream_with_retries, with_retries
+from ._schemas import Dialect, strip_null_optionals
 
 __all__ = ["PydanticAIGateway"]
 

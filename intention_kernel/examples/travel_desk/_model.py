@@ -14,8 +14,8 @@ from typing import Any
 from pydantic import JsonValue
 
 from ...contracts.gateway import ModelRequest
-from ...testing.gateway import ScriptedModelGateway
-from .agent import DESK_ANSWERS, HOTELS
+from ...testing._gateway import ScriptedModelGateway
+from ._agent import DESK_ANSWERS, HOTELS
 
 __all__ = ["compose", "interpret", "scripted_model"]
 

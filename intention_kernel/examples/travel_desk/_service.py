@@ -11,9 +11,9 @@ from ...contracts.durability import Durability
 from ...contracts.gateway import ModelGateway
 from ...kernel._kernel import Kernel
 from ...kernel._runtime import CompiledAgent
-from .agent import build_agent, receipt_hotel_key
-from .model import scripted_model
-from .provider import FakeHotelProvider
+from ._agent import build_agent, receipt_hotel_key
+from ._model import scripted_model
+from ._provider import FakeHotelProvider
 
 __all__ = ["compile_desk"]
 

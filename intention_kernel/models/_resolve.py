@@ -63,7 +63,7 @@ def resolve_model(model: str, *, http_client: Any = None, **options: Any) -> Mod
             context={"model": model, "env": list(provider.keys)},
         )
     if provider.gateway == "openai":
-        from .openai import OpenAIGateway
+        from ._openai import OpenAIGateway
 
         if prefix == "ollama":
             options.setdefault("base_url", os.environ.get("OLLAMA_BASE_URL", _OLLAMA_URL))
@@ -72,10 +72,10 @@ def resolve_model(model: str, *, http_client: Any = None, **options: Any) -> Mod
             options.setdefault("key_env", "OLLAMA_API_KEY")
         return OpenAIGateway(name, http_client=http_client, **options)
     if provider.gateway == "anthropic":
-        from .anthropic import AnthropicGateway
+        from ._anthropic import AnthropicGateway
 
         return AnthropicGateway(name, http_client=http_client, **options)
-    from .pydantic_ai import PydanticAIGateway
+    from ._pydantic_ai import PydanticAIGateway
 
     if provider.keys:
         options.setdefault("key_hint", " or ".join(provider.keys))

@@ -24,7 +24,7 @@ from ...kernel import (
     define_capability,
     provider_idempotency_key,
 )
-from .provider import FakeHotelProvider
+from ._provider import FakeHotelProvider
 
 __all__ = ["DEFAULT_TENANT", "HOTELS", "build_agent", "hotel_key", "receipt_hotel_key"]
 
