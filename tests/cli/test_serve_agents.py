@@ -9,13 +9,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
 from intention_kernel.http import hash_token
+from tests.support.serving import wait_until_healthy
 
 from .support import cli
 
@@ -64,16 +64,7 @@ def test_a_compiled_agent_or_a_factory_is_served_on_the_opened_store(
     process = _serve(spec, store, tokens, port)
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert process.poll() is None, process.communicate()
-            assert time.monotonic() < deadline, "serve did not start"
-            time.sleep(0.1)
+        wait_until_healthy(process, url)
         headers = {"Authorization": "Bearer alice-token-0001", "Idempotency-Key": "turn-1"}
         body = {"text": "Find a hotel in Lisbon for 2 nights"}
         answer = httpx.post(f"{url}/v1/threads/t-1/turns", json=body, headers=headers)

@@ -8,12 +8,12 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 
 from intention_kernel.http import hash_token
+from tests.support.serving import wait_until_healthy
 
 CLI = [sys.executable, "-m", "intention_kernel.cli"]
 
@@ -78,16 +78,7 @@ def test_serve_answers_turns_and_stops_on_sigterm(tmp_path: Path) -> None:
     )
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert process.poll() is None, process.communicate()
-            assert time.monotonic() < deadline, "serve did not start"
-            time.sleep(0.1)
+        wait_until_healthy(process, url)
         assert httpx.get(f"{url}/readyz").status_code == 200
         headers = {"Authorization": "Bearer alice-token-0001", "Idempotency-Key": "turn-1"}
         body = {"text": "Find a hotel in Lisbon for 2 nights"}
@@ -139,16 +130,7 @@ def test_the_served_inspector_shows_the_key_the_provider_received(tmp_path: Path
     )
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert process.poll() is None, process.communicate()
-            assert time.monotonic() < deadline, "serve did not start"
-            time.sleep(0.1)
+        wait_until_healthy(process, url)
         auth = {"Authorization": "Bearer alice-token-0001"}
         said = ""
         for n, text in enumerate(
