@@ -112,6 +112,7 @@ class CompiledAgent:
             redact=self._redact,
             sinks=self._sinks,
             telemetry=self._telemetry,
+            provider_key=self._provider_key,
         )
 
     @property

@@ -205,6 +205,10 @@ async def test_with_durability_commits_to_the_other_store() -> None:
     compiled = Kernel(durability=first, model=ScriptedModelGateway()).compile(support_agent())
     moved = compiled.with_durability(second)
     assert moved.durability is second and compiled.durability is first
+    keyed = Kernel(durability=first, model=ScriptedModelGateway()).compile(
+        support_agent(), provider_key=lambda receipt: f"ns:{receipt.id}"
+    )
+    assert keyed.with_durability(second).provider_key is keyed.provider_key  # the served key
     assert moved.fingerprint == compiled.fingerprint
     assert moved.compatibility == compiled.compatibility
     gateway = ScriptedModelGateway(
