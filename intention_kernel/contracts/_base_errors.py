@@ -90,6 +90,12 @@ class ErrorCode(StrEnum):
     SINK_FAILED = "SINK_FAILED"
     SINK_REJECTED = "SINK_REJECTED"
 
+    THREAD_BUSY = "THREAD_BUSY"
+    REQUEST_NOT_FOUND = "REQUEST_NOT_FOUND"
+    REQUEST_STATE_CONFLICT = "REQUEST_STATE_CONFLICT"
+    REQUEST_DEAD = "REQUEST_DEAD"
+    INVALID_CURSOR = "INVALID_CURSOR"
+
 
 class KernelError(Exception):
     """Root of every error raised by intention-kernel.

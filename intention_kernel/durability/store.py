@@ -42,6 +42,8 @@ from ..contracts.turns import DurableTurnResult
 from . import _arguments as check
 from . import _turns
 from ._documents import ENVELOPE_DEPTH, MAX_DOCUMENT_DEPTH
+from ._inbox import Inbox
+from ._inbox_role import InboxStorage
 from ._ledger import reconcile_takes_lease
 from ._scope import TurnScopeImpl, open_scope
 from ._writes import LedgerWrites, utc_now
@@ -93,6 +95,7 @@ class StoreRoles(Generic[LeaseT]):
     history: HistoryStorage[LeaseT] | None = None
     outbox: OutboxStorage | None = None
     inspection: InspectionStorage | None = None
+    inbox: InboxStorage | None = None
 
     def need_history(self) -> HistoryStorage[LeaseT]:
         if self.history is None:
@@ -131,13 +134,21 @@ class DurableStore(Generic[LeaseT]):
         history: HistoryStorage[LeaseT] | None = None,
         outbox: OutboxStorage | None = None,
         inspection: InspectionStorage | None = None,
+        inbox: InboxStorage | None = None,
         lock_timeout: float = 30.0,
         json_limits: JsonLimits = DEFAULT_LIMITS,
         clock: Callable[[], datetime] = utc_now,
     ) -> None:
         self.lock_timeout, self.json_limits = check_settings(lock_timeout, json_limits)
-        self.roles = StoreRoles(turns, history, outbox, inspection)
+        self.roles = StoreRoles(turns, history, outbox, inspection, inbox)
         self._closed = False
+        self._inbox = (
+            None
+            if inbox is None
+            else Inbox(
+                inbox, json_limits=self.json_limits, check_open=self._check_open, clock=clock
+            )
+        )
         self.record_retry_seconds = 10.0
         """How long a receipt's final write is retried after transient store errors (busy,
         connection lost) before the receipt is left ``prepared`` (seen as uncertain)."""
@@ -174,6 +185,13 @@ class DurableStore(Generic[LeaseT]):
         fingerprint = _turns.validate_fingerprint(request_fingerprint)
         self._check_open()
         return open_scope(self._writes, thread_id, turn_id, fingerprint)
+
+    @property
+    def inbox(self) -> Inbox:
+        """The store's turn inbox (``NOT_SUPPORTED`` for a store built without one)."""
+        if self._inbox is None:
+            raise _lacks("inbox")
+        return self._inbox
 
     # ---------------------------------------------------------------- reads
 

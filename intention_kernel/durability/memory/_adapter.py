@@ -43,6 +43,7 @@ from .._ledger import EffectStart, resolve_uncertain, start_effect
 from .._writes import utc_now
 from ..storage import Lease, OpenedTurn, Reconciliation, StoredTurn, TurnCommit
 from ..store import DurableStore, check_settings
+from ._inbox import MemoryInbox, mark_done
 from ._inspect import MemoryInspection
 from ._outbox import MemoryOutbox
 from ._state import Delivery, MemoryStore, TurnRow
@@ -132,6 +133,7 @@ class MemoryTurns:
         self.state.committed_at[(thread_id, turn_id)] = self.clock()
         self.state.heads[thread_id] = (revision, turn_id)
         self.state.head_facts[thread_id] = (commit.agent_fingerprint, commit.pending_interaction)
+        mark_done(self.state, thread_id, turn_id, self.clock())
         for event, text in zip(commit.events, commit.events_json, strict=True):
             self.state.outbox.append(text)
             self.state.deliveries[len(self.state.outbox)] = Delivery(
@@ -304,6 +306,7 @@ class MemoryDurability(DurableStore[Lease]):
             history=MemoryHistory(state, json_limits=json_limits),
             outbox=MemoryOutbox(state),
             inspection=MemoryInspection(state),
+            inbox=MemoryInbox(state),
             lock_timeout=lock_timeout,
             json_limits=json_limits,
         )

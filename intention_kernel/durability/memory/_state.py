@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from ...contracts.checkpoint import KernelCheckpoint
 from ...contracts.codec import JsonLimits
@@ -68,6 +69,11 @@ class MemoryStore:
     reconciliations: list[str] = field(default_factory=list)
     locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     committed_at: dict[tuple[str, str], datetime] = field(default_factory=dict)
+    inbox: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    """Turn requests by ``(thread_id, turn_id)``, as rows (``memory._inbox``)."""
+    inbox_position: int = 0
+    progress: dict[tuple[str, str], list[tuple[int, str, datetime]]] = field(default_factory=dict)
+    """Per turn: its progress items as ``(seq, JSON text, written at)``."""
     head_facts: dict[str, tuple[str, str | None]] = field(default_factory=dict)
     """Per head: its agent fingerprint and pending interaction kind, as committed (what the
     SQL stores keep on the head row for the listing filters)."""

@@ -1,0 +1,113 @@
+"""The turn inbox: durable turn requests that workers run to their commit.
+
+Why: a turn used to make progress only while its caller waited for it. A submitted request is a
+row keyed by ``(thread_id, turn_id)``, the same identity as replay, so a submit is idempotent
+and a direct ``run`` of the same id is the same turn. A request is marked ``done`` in the same
+transaction as its turn's commit: "done" and "committed" never disagree.
+
+States of a request::
+
+    pending --claim--> running --turn commits--> done
+       ^                 |  \\--retryable failure (attempts < max)--> pending (not_before later)
+       |                 |  \\--non-retryable failure, too many attempts--> dead
+       |                 \\--claim expired (worker died)--> claimable again (attempts counted)
+       \\------------------ operator retry (dead) <------------------------------/
+
+**Claim rule.** A worker claims the oldest request (by submission ``position``) that is due
+(``not_before <= now`` for a pending one, an expired claim for a running one) and is the head of
+its thread: no earlier request of the thread is ``pending`` or ``running``, and no other
+request of the thread holds a live claim. Requests of one thread so run in submission order,
+one at a time; a ``dead`` request no longer holds its thread back. Times come from the store's
+clock.
+
+**Progress** of a running turn (``ProgressEntry``) is written without waiting for durability:
+it may be lost in a crash. The committed turn result is the truth.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import JsonValue
+
+__all__ = [
+    "InboxRequest",
+    "InboxStats",
+    "OperatorAction",
+    "ProgressEntry",
+    "RequestState",
+]
+
+
+class RequestState(StrEnum):
+    """Where a turn request is (see the module docstring)."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+    DEAD = "dead"
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorAction:
+    """An operator's retry or cancel of a request, kept on it as an audit record."""
+
+    action: str
+    actor: str
+    note: str
+    at: datetime
+    previous_state: RequestState
+
+
+@dataclass(frozen=True, slots=True)
+class InboxRequest:
+    """A submitted turn request as stored.
+
+    ``position`` is the store-wide submission order. ``attempts`` counts claims. ``error`` and
+    ``error_code`` are the safe message and stable code of the last failure (a dead request
+    keeps them). ``claimed_until`` is when a running request's claim expires.
+    """
+
+    thread_id: str
+    turn_id: str
+    position: int
+    state: RequestState
+    text: str
+    selection: dict[str, JsonValue] | None
+    host_context: dict[str, JsonValue] | None
+    fingerprint: str
+    submitted_at: datetime
+    not_before: datetime
+    attempts: int = 0
+    claimed_by: str | None = None
+    claimed_until: datetime | None = None
+    finished_at: datetime | None = None
+    error_code: str | None = None
+    error: str | None = None
+    operator_log: tuple[OperatorAction, ...] = ()
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.thread_id, self.turn_id)
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressEntry:
+    """One recorded progress item of a turn: ``seq`` orders a turn's entries (from 1),
+    ``item`` is the stream item as JSON (see ``kernel.streaming``)."""
+
+    seq: int
+    item: dict[str, JsonValue]
+
+
+@dataclass(frozen=True, slots=True)
+class InboxStats:
+    """The inbox backlog, for monitoring, ``status`` and the OpenTelemetry gauges."""
+
+    pending: int
+    running: int
+    dead: int
+    oldest_pending_at: datetime | None
+    """Submission time of the oldest pending request (its wait so far is ``now`` minus it)."""
