@@ -26,9 +26,11 @@ it may be lost in a crash. The committed turn result is the truth.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic import JsonValue
 
@@ -38,6 +40,8 @@ __all__ = [
     "OperatorAction",
     "ProgressEntry",
     "RequestState",
+    "TurnInbox",
+    "Wakeup",
 ]
 
 
@@ -111,3 +115,88 @@ class InboxStats:
     dead: int
     oldest_pending_at: datetime | None
     """Submission time of the oldest pending request (its wait so far is ``now`` minus it)."""
+
+
+class Wakeup(Protocol):
+    """An in-process wake-up: ``wait(mark(), timeout)`` returns once ``fire()`` was called
+    after ``mark()``, or after ``timeout`` seconds (other processes are found by polling)."""
+
+    def mark(self) -> int: ...
+
+    def fire(self) -> None: ...
+
+    async def wait(self, mark: int, timeout: float) -> None: ...  # noqa: ASYNC109
+
+
+@runtime_checkable
+class TurnInbox(Protocol):
+    """A store's turn inbox as the kernel, the HTTP service and operators use it (a
+    ``DurableStore`` with the inbox role offers it as ``store.inbox``)."""
+
+    @property
+    def submitted(self) -> Wakeup:
+        """Fired by submits, releases and operator changes in this process (wakes workers)."""
+        ...
+
+    @property
+    def progressed(self) -> Wakeup:
+        """Fired by progress appends and request changes in this process (wakes watchers)."""
+        ...
+
+    async def submit(
+        self,
+        thread_id: str,
+        turn_id: str,
+        *,
+        text: str,
+        fingerprint: str,
+        selection: Mapping[str, Any] | None = None,
+        host_context: Mapping[str, Any] | None = None,
+        not_before: datetime | None = None,
+    ) -> InboxRequest: ...
+
+    async def get(self, thread_id: str, turn_id: str) -> InboxRequest | None: ...
+
+    async def list_requests(
+        self,
+        *,
+        state: RequestState | str | None = None,
+        thread_id: str | None = None,
+        after_position: int = 0,
+        limit: int = 100,
+    ) -> list[InboxRequest]: ...
+
+    async def stats(self) -> InboxStats: ...
+
+    async def claim(self, worker_id: str, *, ttl: float) -> InboxRequest | None: ...
+
+    async def renew(self, worker_id: str, *, ttl: float) -> list[tuple[str, str]]: ...
+
+    async def release(
+        self,
+        worker_id: str,
+        thread_id: str,
+        turn_id: str,
+        *,
+        retry_in: float | None,
+        error_code: str | None = None,
+        error: str | None = None,
+    ) -> InboxRequest | None: ...
+
+    async def mark_done(self, thread_id: str, turn_id: str) -> bool: ...
+
+    async def retry(
+        self, thread_id: str, turn_id: str, *, actor: str, note: str
+    ) -> InboxRequest: ...
+
+    async def cancel(
+        self, thread_id: str, turn_id: str, *, actor: str, note: str
+    ) -> InboxRequest: ...
+
+    async def append_progress(self, thread_id: str, turn_id: str, items: list[str]) -> int: ...
+
+    async def read_progress(
+        self, thread_id: str, turn_id: str, *, after: int = 0, limit: int = 1000
+    ) -> list[ProgressEntry]: ...
+
+    async def prune_progress(self, *, older_than: datetime) -> int: ...

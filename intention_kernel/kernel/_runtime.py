@@ -15,6 +15,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Generator, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from pydantic import JsonValue
@@ -23,6 +24,7 @@ from ..contracts.durability import Durability, TurnScope
 from ..contracts.errors import TurnTimeoutError
 from ..contracts.events import EventCategory, KernelEvent
 from ..contracts.ids import validate_thread_id, validate_turn_id
+from ..contracts.inbox import InboxRequest
 from ..contracts.receipts import EffectReceipt
 from ..contracts.sinks import EventSink, OutcomeKind
 from ..contracts.turns import DurableTurnResult
@@ -33,8 +35,11 @@ from ._events import EventRecorder, Redactor
 from ._pipeline import AgentRuntime, TurnState, run_pipeline
 from ._pipeline.state import Meter
 from ._portal import portal_of
+from ._requests import has_inbox, submit_request
 from ._response import Response, TurnResult
 from ._validation import validate_host_context, validate_selection, validate_text, validate_timeout
+from ._watch import Watched, watch_turn
+from ._worker import Worker, WorkerSettings
 from .streaming import Progress, ProgressRecorder, StreamItem, drive
 
 __all__ = ["CompiledAgent", "request_fingerprint"]
@@ -152,6 +157,53 @@ class CompiledAgent:
             lambda progress: self._run(
                 thread_id, turn_id, text, selection, host_context, timeout, progress
             )
+        )
+
+    async def submit(
+        self,
+        *,
+        thread_id: str,
+        turn_id: str,
+        text: str,
+        selection: Mapping[str, JsonValue] | None = None,
+        host_context: Mapping[str, Any] | None = None,
+        not_before: datetime | None = None,
+    ) -> InboxRequest:
+        """Record the turn in the store's inbox and return at once; a worker runs it.
+
+        Idempotent on the ids (``TURN_ID_REUSED`` for another request under them); the same
+        turn as a direct ``run`` of those ids. ``host_context`` must be JSON here (it is
+        stored); ``not_before`` (timezone-aware) delays it. See ``docs/inbox.md``.
+        """
+        return await submit_request(
+            self._durability,
+            self._runtime.limits,
+            request_fingerprint,
+            thread_id=thread_id,
+            turn_id=turn_id,
+            text=text,
+            selection=selection,
+            host_context=host_context,
+            not_before=not_before,
+        )
+
+    def worker(self, *, worker_id: str | None = None, **settings: Any) -> Worker:
+        """A ``Worker`` running this agent's submitted turns (settings: ``WorkerSettings``);
+        ``await worker.run()`` until ``worker.stop()`` drains it."""
+        return Worker(self, WorkerSettings(**settings), worker_id=worker_id)
+
+    async def work(self, **settings: Any) -> None:
+        """Run a worker in this task until it is cancelled (``worker()`` to drain instead)."""
+        await self.worker(**settings).run()
+
+    def watch(
+        self, *, thread_id: str, turn_id: str, after: str | None = None, poll_interval: float = 0.25
+    ) -> AsyncIterator[Watched]:
+        """Follow a submitted (or committed) turn from any process: its recorded progress
+        after the cursor ``after``, then the committed ``TurnCompleted`` (a dead request
+        raises ``REQUEST_DEAD``). Each item carries the cursor to rejoin after it."""
+        return watch_turn(
+            self._durability, thread_id, turn_id, after=after, poll_interval=poll_interval
         )
 
     def run_sync(
@@ -303,6 +355,8 @@ class CompiledAgent:
                     context={"thread_id": thread_id, "turn_id": turn_id, "timeout": seconds}
                 ) from None
             traced.outcome(replayed)
+            if not replayed and (inbox := has_inbox(self._durability)) is not None:
+                inbox.progressed.fire()  # wakes this process's watchers of the turn
             if released:
                 await self._publish(released)
         # A first run hands back the response it committed; a replay reads the stored one.

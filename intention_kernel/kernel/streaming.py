@@ -237,12 +237,24 @@ class Progress:
     always add up to the final text.
     """
 
-    __slots__ = ("_decoder", "_listener", "_shown")
+    __slots__ = ("_before_commit", "_decoder", "_listener", "_shown")
 
-    def __init__(self, listener: Listener) -> None:
+    def __init__(
+        self,
+        listener: Listener,
+        before_commit: Callable[[], Coroutine[Any, Any, None]] | None = None,
+    ) -> None:
         self._listener = listener
         self._shown = ""
         self._decoder = TextField()
+        self._before_commit = before_commit
+
+    async def before_commit(self) -> None:
+        """Called by the turn just before it commits: a listener that records progress
+        elsewhere (the inbox's progress log) writes it first, so it is never behind the
+        result a watcher reads."""
+        if self._before_commit is not None:
+            await self._before_commit()
 
     def emit(self, item: StreamItem) -> None:
         self._listener(item)

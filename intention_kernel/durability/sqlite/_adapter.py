@@ -20,6 +20,7 @@ from .._documents import OwnTexts
 from ..store import DurableStore, check_settings
 from ._connection import Connection
 from ._history import SQLiteHistory
+from ._inbox import SQLiteInbox
 from ._inspect import SQLiteInspection
 from ._lease import LockFiles
 from ._location import check_local, parse_location
@@ -34,9 +35,10 @@ HEAD_CACHE_BYTES = 32 * 2**20
 
 class SQLiteDurability(DurableStore[SQLiteLease]):
     """Durable turns in one SQLite file, shared safely by the processes of one machine, and an
-    ``OutboxSource`` for relays (see ``_outbox``) and a ``StoreInspector`` (see ``_inspect``).
-    It is a ``DurableStore`` over four roles sharing one connection: ``SQLiteTurns``,
-    ``SQLiteHistory``, ``SQLiteOutbox`` and ``SQLiteInspection``.
+    ``OutboxSource`` for relays (see ``_outbox``), a ``StoreInspector`` (see ``_inspect``) and a
+    turn inbox (``store.inbox``, see ``_inbox``). It is a ``DurableStore`` over five roles
+    sharing one connection: ``SQLiteTurns``, ``SQLiteHistory``, ``SQLiteOutbox``,
+    ``SQLiteInspection`` and ``SQLiteInbox``.
 
     ``location`` is a path or a ``sqlite:///`` URL (``sqlite:////abs/path.db``). ``lock_dir``
     holds one lock file per thread (default: ``<database>.locks`` next to the file); every
@@ -75,6 +77,7 @@ class SQLiteDurability(DurableStore[SQLiteLease]):
             history=SQLiteHistory(db, files, own, json_limits=json_limits),
             outbox=SQLiteOutbox(db),
             inspection=SQLiteInspection(db, files),
+            inbox=SQLiteInbox(db),
             lock_timeout=lock_timeout,
             json_limits=json_limits,
         )

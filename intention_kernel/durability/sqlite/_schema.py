@@ -116,6 +116,44 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE INDEX ik_receipts_open ON ik_receipts (thread_id)"
         " WHERE status IN ('uncertain', 'prepared')",
     ),
+    # 4: the turn inbox (``contracts.inbox``): one row per turn request, ``position`` its
+    # submission order, times as UTC ISO text of fixed width (so text order is time order), and
+    # the progress log of running turns. Partial indexes on the open (pending or running) rows
+    # keep a claim, the head check of a thread and the backlog counts off done and dead rows.
+    (
+        f"""CREATE TABLE ik_inbox (
+            position INTEGER PRIMARY KEY AUTOINCREMENT,
+            thread_id TEXT NOT NULL CHECK ({_ID.format("thread_id")}),
+            turn_id TEXT NOT NULL CHECK ({_ID.format("turn_id")}),
+            state TEXT NOT NULL CHECK (state IN ('pending', 'running', 'done', 'dead')),
+            text TEXT NOT NULL,
+            payload TEXT NOT NULL,
+            fingerprint TEXT NOT NULL,
+            submitted_at TEXT NOT NULL,
+            not_before TEXT NOT NULL,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            claimed_by TEXT,
+            claimed_until TEXT,
+            finished_at TEXT,
+            error_code TEXT,
+            error TEXT,
+            operator_log TEXT,
+            UNIQUE (thread_id, turn_id)
+        )""",
+        "CREATE INDEX ik_inbox_open ON ik_inbox (position) WHERE state IN ('pending', 'running')",
+        "CREATE INDEX ik_inbox_open_by_thread ON ik_inbox (thread_id, position)"
+        " WHERE state IN ('pending', 'running')",
+        "CREATE INDEX ik_inbox_dead ON ik_inbox (position) WHERE state = 'dead'",
+        """CREATE TABLE ik_progress (
+            thread_id TEXT NOT NULL,
+            turn_id TEXT NOT NULL,
+            seq INTEGER NOT NULL CHECK (seq >= 1),
+            item TEXT NOT NULL,
+            written_at TEXT NOT NULL,
+            PRIMARY KEY (thread_id, turn_id, seq)
+        ) WITHOUT ROWID""",
+        "CREATE INDEX ik_progress_by_time ON ik_progress (written_at)",
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

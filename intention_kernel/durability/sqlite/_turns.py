@@ -42,6 +42,7 @@ from .._ledger import EffectStart, start_effect
 from .._writes import utc_now
 from ..storage import Lease, OpenedTurn, StoredTurn, TurnCommit
 from ._connection import Connection
+from ._inbox import mark_done
 from ._lease import LockFiles
 
 __all__ = ["SQLiteLease", "SQLiteTurns", "fenced_write", "put_receipt", "read_head", "read_receipt"]
@@ -322,6 +323,7 @@ class SQLiteTurns:
             if exists:
                 raise _turns.already_committed(thread_id, turn_id)
             _turns.check_revision(loaded_revision, stored or 0, thread_id=thread_id)
+            now = self._clock()
             conn.execute(
                 "INSERT INTO ik_turns (thread_id, turn_id, revision, fingerprint, result,"
                 " committed_at) VALUES (?, ?, ?, ?, ?, ?)",
@@ -331,9 +333,10 @@ class SQLiteTurns:
                     revision,
                     commit.fingerprint,
                     commit.result_json,
-                    self._clock().isoformat(),
+                    now.isoformat(),
                 ),
             )
+            mark_done(conn, thread_id, turn_id, now)  # done if and only if committed
             changed = conn.execute(
                 "INSERT INTO ik_heads (thread_id, revision, turn_id, agent_fingerprint,"
                 " pending_interaction) VALUES (?, ?, ?, ?, ?)"

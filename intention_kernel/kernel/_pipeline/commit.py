@@ -81,5 +81,7 @@ async def commit(state: TurnState) -> tuple[DurableTurnResult, list[KernelEvent]
         checkpoint=checkpoint,
     )
     events = state.recorder.released()
+    if state.progress is not None:
+        await state.progress.before_commit()
     await state.scope.commit(result, events)
     return result, events

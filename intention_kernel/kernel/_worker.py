@@ -1,0 +1,249 @@
+"""``Worker``: claims submitted turns from the store's inbox and runs them to their commit.
+
+Why this is safe without workflow replay: a request is claimed for a short, renewed time; a
+worker that dies stops renewing, another claims the request when the claim expires and runs the
+turn again with the same turn id. The turn's commit marks the request done (one transaction),
+a committed turn replays, and the effect ledger keeps every write to at most one provider call
+(an interrupted write is ``uncertain`` and the turn commits "being verified" instead of
+calling again). The worker's own bookkeeping (release, dead-letter) is therefore never what
+keeps a promise: if it is lost, the claim expires and the request is looked at again.
+
+Failures: a retryable error (the store busy or unreachable, the turn's deadline, a lost lease)
+releases the request with bounded exponential backoff; a non-retryable one, or too many
+attempts, makes it ``dead`` with its code and safe message, and the thread's later requests go
+on. ``stop()`` drains: no new claims, running turns get ``grace`` seconds to finish, then are
+cancelled (as a cancelled ``run`` is) and given back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import math
+import random
+import uuid
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..contracts.errors import ConfigurationError, KernelError
+from ..contracts.inbox import InboxRequest, TurnInbox
+from ._progress_log import ProgressLog
+from ._requests import inbox_of
+from .streaming import Progress
+
+if TYPE_CHECKING:
+    from ._runtime import CompiledAgent
+
+__all__ = ["Worker", "WorkerSettings"]
+
+log = logging.getLogger("intention_kernel.inbox")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSettings:
+    """How a worker claims and retries (``CompiledAgent.worker(...)`` takes these as keywords).
+
+    ``concurrency``: turns run at once. ``claim_ttl``: seconds a claim lasts unless renewed
+    (every third of it); a dead worker's request is claimed again after it. ``poll_interval``:
+    how often an idle worker looks for requests submitted by other processes. ``max_attempts``:
+    claims before a request is dead. ``backoff``/``max_backoff``: the first and the largest
+    delay of a retry. ``turn_timeout``: each turn's deadline (``run(timeout=...)``).
+    ``grace``: seconds a drain lets running turns finish."""
+
+    concurrency: int = 4
+    claim_ttl: float = 30.0
+    poll_interval: float = 0.5
+    max_attempts: int = 5
+    backoff: float = 1.0
+    max_backoff: float = 60.0
+    turn_timeout: float | None = 600.0
+    grace: float = 30.0
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not _count(self.concurrency, 1, 10_000):
+            problems.append("concurrency must be an integer from 1 to 10000")
+        if not _count(self.max_attempts, 1, 1_000_000):
+            problems.append("max_attempts must be an integer from 1 to 1000000")
+        for name in ("claim_ttl", "poll_interval", "backoff", "max_backoff", "grace"):
+            if not _seconds(getattr(self, name)):
+                problems.append(f"{name} must be a positive number of seconds")
+        if self.turn_timeout is not None and not _seconds(self.turn_timeout):
+            problems.append("turn_timeout must be a positive number of seconds or None")
+        if problems:
+            raise ConfigurationError("; ".join(problems), context={"setting": "worker"})
+
+
+def _count(value: object, low: int, high: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
+def _seconds(value: object) -> bool:
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and 0 < value <= 86_400
+    )
+
+
+class Worker:
+    """Runs the agent's submitted turns until ``stop()`` (or the task running ``run`` is
+    cancelled, which stops at once: running turns are cancelled as a cancelled ``run``)."""
+
+    def __init__(
+        self, agent: CompiledAgent, settings: WorkerSettings, *, worker_id: str | None = None
+    ) -> None:
+        self.agent = agent
+        self.settings = settings
+        self.inbox: TurnInbox = inbox_of(agent.durability)
+        self.worker_id = worker_id or f"worker-{uuid.uuid4().hex[:16]}"
+        self._running: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self._stopping = asyncio.Event()
+        self.completed = 0
+        """Requests this worker finished (done, released or dead), for tests and metrics."""
+
+    def stop(self) -> None:
+        """Drain: claim nothing more; ``run`` returns once running turns ended (or ``grace``)."""
+        self._stopping.set()
+
+    @property
+    def running(self) -> int:
+        return len(self._running)
+
+    async def run(self) -> None:
+        heartbeat = asyncio.get_running_loop().create_task(self._heartbeat())
+        try:
+            await self._claim_loop()
+            await self._drain()
+        finally:
+            heartbeat.cancel()
+            for task in self._running.values():
+                task.cancel()
+            if self._running:
+                await asyncio.gather(*self._running.values(), return_exceptions=True)
+            with contextlib.suppress(asyncio.CancelledError):
+                await heartbeat
+
+    async def _claim_loop(self) -> None:
+        settings = self.settings
+        idle = 0.01
+        while not self._stopping.is_set():
+            mark = self.inbox.submitted.mark()
+            request = None
+            if len(self._running) < settings.concurrency:
+                try:
+                    request = await self.inbox.claim(self.worker_id, ttl=settings.claim_ttl)
+                except KernelError as exc:
+                    log.warning("inbox claim failed: [%s] %s", exc.code, exc.message)
+            if request is not None:
+                idle = 0.01
+                task = asyncio.get_running_loop().create_task(self._serve(request))
+                self._running[request.key] = task
+                task.add_done_callback(functools.partial(self._finished, request.key))
+                continue
+            # Nothing to claim (or no free slot): wait for a submit in this process, a slot,
+            # a stop, or the polling interval (other processes' submits), backing off a little.
+            idle = min(idle * 2, settings.poll_interval)
+            waits: list[asyncio.Future[Any]] = [
+                asyncio.ensure_future(self.inbox.submitted.wait(mark, idle)),
+                asyncio.ensure_future(self._stopping.wait()),
+            ]
+            waits.extend(asyncio.ensure_future(asyncio.wait({t})) for t in self._running.values())
+            try:
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiter in waits:
+                    waiter.cancel()
+
+    def _finished(self, key: tuple[str, str], _: object) -> None:
+        self._running.pop(key, None)
+        self.completed += 1
+
+    async def _drain(self) -> None:
+        if not self._running:
+            return
+        _, late = await asyncio.wait(self._running.values(), timeout=self.settings.grace)
+        for task in late:
+            task.cancel()
+        if late:
+            await asyncio.wait(late)
+
+    async def _heartbeat(self) -> None:
+        """One renewal for every claim this worker holds, every third of the claim's ttl."""
+        while True:
+            await asyncio.sleep(self.settings.claim_ttl / 3)
+            if not self._running:
+                continue
+            try:
+                await self.inbox.renew(self.worker_id, ttl=self.settings.claim_ttl)
+            except KernelError as exc:
+                log.warning("inbox claim renewal failed: [%s] %s", exc.code, exc.message)
+
+    async def _serve(self, request: InboxRequest) -> None:
+        settings = self.settings
+        if request.attempts > settings.max_attempts:
+            await self._give_back(request, None, "TOO_MANY_ATTEMPTS", "too many attempts")
+            return
+        progress = ProgressLog(self.inbox, request.thread_id, request.turn_id, request.attempts)
+        try:
+            result = await self.agent._run(
+                request.thread_id,
+                request.turn_id,
+                request.text,
+                request.selection,
+                request.host_context,
+                settings.turn_timeout,
+                Progress(progress.add, progress.flush),
+            )
+        except asyncio.CancelledError:
+            await progress.close()
+            # A drain or shutdown: given back at once (the claim would expire anyway).
+            await asyncio.shield(self._give_back(request, 0.0, None, None))
+            raise
+        except KernelError as exc:
+            await progress.close()
+            retry = exc.retryable and request.attempts < settings.max_attempts
+            delay = self._backoff(request.attempts) if retry else None
+            await self._give_back(request, delay, str(exc.code), exc.message)
+            return
+        except Exception as exc:  # a bug of the host's: not worth retrying blindly
+            await progress.close()
+            log.exception("a submitted turn failed")
+            await self._give_back(request, None, "INTERNAL", type(exc).__name__)
+            return
+        await progress.close()
+        if result.replayed:  # committed before (a direct run, or an attempt whose answer was lost)
+            await self._guarded(self.inbox.mark_done(request.thread_id, request.turn_id))
+        else:
+            self.inbox.progressed.fire()
+
+    def _backoff(self, attempts: int) -> float:
+        ceiling = min(self.settings.max_backoff, self.settings.backoff * 2 ** max(attempts - 1, 0))
+        return random.uniform(ceiling / 2, ceiling)
+
+    async def _give_back(
+        self, request: InboxRequest, retry_in: float | None, code: str | None, error: str | None
+    ) -> None:
+        await self._guarded(
+            self.inbox.release(
+                self.worker_id,
+                request.thread_id,
+                request.turn_id,
+                retry_in=retry_in,
+                error_code=code,
+                error=error,
+            )
+        )
+
+    @staticmethod
+    async def _guarded(write: Awaitable[object]) -> None:
+        """A bookkeeping write that may fail: the claim then expires and the request is
+        claimed again (and replays if its turn committed)."""
+        try:
+            await write
+        except KernelError as exc:
+            log.warning("inbox update failed: [%s] %s", exc.code, exc.message)
