@@ -40,6 +40,9 @@ def test_the_demo_runs_and_prints_the_transcript() -> None:
         "8. A worker process is killed mid-turn (kill -9)",
         "killed with SIGKILL while its turn was running",
         "nothing committed was lost",
+        "9. A submitted turn finishes on its own",
+        "made the booking, then was killed with SIGKILL",
+        "done after 2 attempts",
         "every booking reached the provider exactly once",
         "next: scripts/demo --dir demo-store",
     ):
