@@ -247,7 +247,8 @@ class Inbox:
     # ---------------------------------------------------------------- operators
 
     async def retry(self, thread_id: str, turn_id: str, *, actor: str, note: str) -> InboxRequest:
-        """A dead (or waiting pending) request is due again now; kept as an audit record."""
+        """A dead (or waiting pending) request is due again now, its attempts counted from 0
+        again; kept as an audit record (which names the state it was in)."""
         return await self._operate(
             thread_id,
             turn_id,

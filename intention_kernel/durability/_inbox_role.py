@@ -109,8 +109,9 @@ class InboxStorage(Protocol):
         record: OperatorAction,
     ) -> InboxRequest | None:
         """If the request is in one of ``expected``: move it to ``new_state`` (``pending`` due
-        now, or ``dead``), append ``record`` to its operator log (``done`` instead if its
-        turn committed); else ``None``."""
+        now with its ``attempts`` back to 0, so a request that ran out of attempts runs again;
+        or ``dead``), append ``record`` to its operator log (``done`` instead if its turn
+        committed); else ``None``."""
         ...
 
     async def stats(self) -> InboxStats:

@@ -35,7 +35,7 @@ from ._events import EventRecorder, Redactor
 from ._pipeline import AgentRuntime, TurnState, run_pipeline
 from ._pipeline.state import Meter
 from ._portal import portal_of
-from ._requests import has_inbox, submit_request
+from ._requests import has_inbox, inbox_of, submit_request
 from ._response import Response, TurnResult
 from ._validation import validate_host_context, validate_selection, validate_text, validate_timeout
 from ._watch import Watched, watch_turn
@@ -190,7 +190,29 @@ class CompiledAgent:
     def worker(self, *, worker_id: str | None = None, **settings: Any) -> Worker:
         """A ``Worker`` running this agent's submitted turns (settings: ``WorkerSettings``);
         ``await worker.run()`` until ``worker.stop()`` drains it."""
-        return Worker(self, WorkerSettings(**settings), worker_id=worker_id)
+        return Worker(
+            self._run_request,
+            inbox_of(self._durability),
+            WorkerSettings(**settings),
+            metrics=self._telemetry.inbox(self.id),
+            worker_id=worker_id,
+        )
+
+    async def _run_request(
+        self,
+        request: InboxRequest,
+        timeout: float | None,  # noqa: ASYNC109 - the turn's own deadline, as run's
+        progress: Progress,
+    ) -> TurnResult:
+        return await self._run(
+            request.thread_id,
+            request.turn_id,
+            request.text,
+            request.selection,
+            request.host_context,
+            timeout,
+            progress,
+        )
 
     async def work(self, **settings: Any) -> None:
         """Run a worker in this task until it is cancelled (``worker()`` to drain instead)."""

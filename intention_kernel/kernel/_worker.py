@@ -26,20 +26,18 @@ import random
 import uuid
 from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, TypeVar
 
 from ..contracts.errors import ConfigurationError, KernelError
 from ..contracts.inbox import InboxRequest, TurnInbox
 from ._progress_log import ProgressLog
-from ._requests import inbox_of
+from ._response import TurnResult
 from .streaming import Progress
-
-if TYPE_CHECKING:
-    from ._runtime import CompiledAgent
 
 __all__ = ["Worker", "WorkerSettings"]
 
 log = logging.getLogger("intention_kernel.inbox")
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,19 +88,38 @@ def _seconds(value: object) -> bool:
     )
 
 
+class RunTurn(Protocol):
+    """How a worker runs a request: ``CompiledAgent.run`` with the request's ids and input,
+    the given deadline, and ``progress`` listening."""
+
+    async def __call__(
+        self,
+        request: InboxRequest,
+        timeout: float | None,  # noqa: ASYNC109 - the turn's own deadline, as run's
+        progress: Progress,
+    ) -> TurnResult: ...
+
+
 class Worker:
     """Runs the agent's submitted turns until ``stop()`` (or the task running ``run`` is
     cancelled, which stops at once: running turns are cancelled as a cancelled ``run``)."""
 
     def __init__(
-        self, agent: CompiledAgent, settings: WorkerSettings, *, worker_id: str | None = None
+        self,
+        run_turn: RunTurn,
+        inbox: TurnInbox,
+        settings: WorkerSettings,
+        *,
+        metrics: Any,
+        worker_id: str | None = None,
     ) -> None:
-        self.agent = agent
+        self._run_turn = run_turn
         self.settings = settings
-        self.inbox: TurnInbox = inbox_of(agent.durability)
+        self.inbox = inbox
         self.worker_id = worker_id or f"worker-{uuid.uuid4().hex[:16]}"
         self._running: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._stopping = asyncio.Event()
+        self._metrics = metrics  # wait, attempts, outcomes (``Telemetry.inbox``)
         self.completed = 0
         """Requests this worker finished (done, released or dead), for tests and metrics."""
 
@@ -185,19 +202,14 @@ class Worker:
 
     async def _serve(self, request: InboxRequest) -> None:
         settings = self.settings
+        self._metrics.claimed(request)
         if request.attempts > settings.max_attempts:
             await self._give_back(request, None, "TOO_MANY_ATTEMPTS", "too many attempts")
             return
         progress = ProgressLog(self.inbox, request.thread_id, request.turn_id, request.attempts)
         try:
-            result = await self.agent._run(
-                request.thread_id,
-                request.turn_id,
-                request.text,
-                request.selection,
-                request.host_context,
-                settings.turn_timeout,
-                Progress(progress.add, progress.flush),
+            result = await self._run_turn(
+                request, settings.turn_timeout, Progress(progress.add, progress.flush)
             )
         except asyncio.CancelledError:
             await progress.close()
@@ -220,6 +232,7 @@ class Worker:
             await self._guarded(self.inbox.mark_done(request.thread_id, request.turn_id))
         else:
             self.inbox.progressed.fire()
+        self._metrics.done(request)
 
     def _backoff(self, attempts: int) -> float:
         ceiling = min(self.settings.max_backoff, self.settings.backoff * 2 ** max(attempts - 1, 0))
@@ -228,7 +241,7 @@ class Worker:
     async def _give_back(
         self, request: InboxRequest, retry_in: float | None, code: str | None, error: str | None
     ) -> None:
-        await self._guarded(
+        released = await self._guarded(
             self.inbox.release(
                 self.worker_id,
                 request.thread_id,
@@ -238,12 +251,14 @@ class Worker:
                 error=error,
             )
         )
+        self._metrics.released(request, released, code)
 
     @staticmethod
-    async def _guarded(write: Awaitable[object]) -> None:
+    async def _guarded(write: Awaitable[_T]) -> _T | None:
         """A bookkeeping write that may fail: the claim then expires and the request is
         claimed again (and replays if its turn committed)."""
         try:
-            await write
+            return await write
         except KernelError as exc:
             log.warning("inbox update failed: [%s] %s", exc.code, exc.message)
+            return None

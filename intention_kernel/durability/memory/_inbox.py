@@ -211,7 +211,7 @@ class MemoryInbox:
         if self._committed(thread_id, turn_id):
             row.update(state=RequestState.DONE, finished_at=now)
         elif new_state == RequestState.PENDING:
-            row.update(state=new_state, not_before=now, finished_at=None)
+            row.update(state=new_state, not_before=now, finished_at=None, attempts=0)
         else:
             row.update(state=new_state, finished_at=now)
         row.update(claimed_by=None, claimed_until=None, operator_log=encode_log(log))

@@ -303,7 +303,8 @@ class SQLiteInbox:
             if _committed(conn, thread_id, turn_id):
                 change, args = "state = 'done', finished_at = ?", (at,)
             elif new_state == RequestState.PENDING:
-                change, args = "state = 'pending', not_before = ?, finished_at = NULL", (at,)
+                change = "state = 'pending', not_before = ?, finished_at = NULL, attempts = 0"
+                args = (at,)
             else:
                 change, args = "state = ?, finished_at = ?", (str(new_state), at)
             conn.execute(
