@@ -1,4 +1,5 @@
-"""Load ``module:attribute``: the agent ``check-compat``, ``thread diagnose`` and ``serve`` use.
+"""Load ``module:attribute``: the agent ``check-compat``, ``thread diagnose``, ``serve`` and
+``worker`` use.
 
 One attribute works for every command: an ``AgentDefinition``, a ``CompiledAgent``, or a
 factory (sync or async) returning either, called with the opened store when it takes one
@@ -8,8 +9,9 @@ traceback; an invalid definition is ``AgentCompilationError`` naming each proble
 
 ``check-compat`` reads the agent's compatibility rules: a ``CompiledAgent``'s declared
 fingerprints and migrations, a definition's own fingerprint only (plus ``--compatible-with``).
-``serve`` runs turns on the store it opened and reads: a ``CompiledAgent`` is served on that
-store (``with_durability``), a definition is compiled on it (its own model strings, no ports).
+``serve`` runs turns on the store it opened and reads (``worker`` too, the submitted ones): a
+``CompiledAgent`` is served on that store (``with_durability``), a definition is compiled on it
+(its own model strings, no ports).
 """
 
 from __future__ import annotations

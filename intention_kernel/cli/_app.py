@@ -17,11 +17,13 @@ from ..__version__ import __version__
 from . import _compat as compat
 from . import _diagnose as diagnose
 from . import _extras as extras
+from . import _inbox as inbox
 from . import _maintenance as maintenance
 from . import _outbox as outbox
 from . import _receipts as receipts
 from . import _serve as serve
 from . import _threads as threads
+from . import _worker as worker
 from ._common import ExitCode, report_error
 
 __all__ = ["app", "run"]
@@ -77,7 +79,7 @@ app = typer.Typer(
     name="intention-kernel",
     cls=_Root,
     help="Operate an intention-kernel store: inspect, reconcile, check compatibility, migrate,"
-    " relay the outbox, serve an agent over HTTP."
+    " relay the outbox, run submitted turns, serve an agent over HTTP."
     " Exit codes: 0 ok, 1 findings, 2 usage or input error, 3 store error.",
     no_args_is_help=True,
     add_completion=False,
@@ -103,7 +105,18 @@ def _root(
     """Operate an intention-kernel store."""
 
 
-for module in (threads, diagnose, receipts, compat, maintenance, outbox, extras, serve):
+for module in (
+    threads,
+    diagnose,
+    receipts,
+    compat,
+    maintenance,
+    outbox,
+    inbox,
+    worker,
+    extras,
+    serve,
+):
     module.register(app)
 
 

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import re
 import shlex
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import asdict, is_dataclass
@@ -56,6 +58,7 @@ __all__ = [
     "StoreOpt",
     "age",
     "emit",
+    "log_to_stderr",
     "open_store",
     "parse_duration",
     "print_table",
@@ -122,8 +125,15 @@ out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
+_REFUSALS = frozenset({ErrorCode.REQUEST_NOT_FOUND, ErrorCode.REQUEST_STATE_CONFLICT})
+"""An operator's action on a turn request the store refused (an unknown request, one in a
+state the action does not apply to): a usage error, as an unknown or settled receipt is."""
+
+
 def exit_code_for(exc: KernelError) -> ExitCode:
     if isinstance(exc, InvalidInputError | ConfigurationError | EffectError):
+        return ExitCode.USAGE
+    if exc.code in _REFUSALS:
         return ExitCode.USAGE
     if isinstance(exc, CheckpointIncompatibleError):
         return ExitCode.FINDINGS
@@ -248,6 +258,33 @@ async def open_store(
         yield opened
     finally:
         await opened.close()
+
+
+class _Redacted(logging.Filter):
+    """Hides passwords in every record (a driver's message may quote a URL)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg = redact(record.getMessage())
+        record.args = ()
+        return True
+
+
+@contextmanager
+def log_to_stderr() -> Iterator[None]:
+    """The library's progress and warnings (a relay's, a worker's) on stderr while the
+    command runs (and only then), with passwords hidden."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    handler.addFilter(_Redacted())
+    logger = logging.getLogger("intention_kernel")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
 
 
 def parse_duration(text: str) -> timedelta:

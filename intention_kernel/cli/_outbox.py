@@ -11,16 +11,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Annotated, Any
 
 import typer
 
 from ..contracts.durability import DurabilityStore
 from ..contracts.outbox import OutboxSource
-from ..durability.factory import redact
 from ..relay import Backoff, BatchReport, OutboxRelay, RelayStats, open_sink
 from ._common import (
     CliError,
@@ -29,6 +25,7 @@ from ._common import (
     OlderThanOpt,
     StoreOpt,
     emit,
+    log_to_stderr,
     open_store,
     out,
     parse_duration,
@@ -76,33 +73,6 @@ def outbox_source(store: DurabilityStore) -> OutboxSource:
             ExitCode.STORE,
         )
     return store
-
-
-class _Redacted(logging.Filter):
-    """Hides passwords in every record (a driver's message may quote a URL)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        record.msg = redact(record.getMessage())
-        record.args = ()
-        return True
-
-
-@contextmanager
-def _log_to_stderr() -> Iterator[None]:
-    """The relay's progress and warnings on stderr while the command runs (and only then),
-    with passwords hidden."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-    handler.addFilter(_Redacted())
-    logger = logging.getLogger("intention_kernel")
-    level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    try:
-        yield
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
 
 
 def relay(
@@ -162,7 +132,7 @@ def relay(
         finally:
             await opened_sink.close()
 
-    with _log_to_stderr():
+    with log_to_stderr():
         result = run(as_json, body)
 
     def human() -> None:

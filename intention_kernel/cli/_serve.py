@@ -5,12 +5,15 @@ reachable by anyone who finds the port; ``--allow-anonymous`` says so explicitly
 loopback). The tokens file holds only digests (``principal sha256:<hex> [role,role]``), made
 by ``hash-token``, so it hands out no secret. ``--inspector`` adds the operators' web pages,
 where a principal logs in with the same token (roles ``viewer`` and ``operator``); its queue
-shows the key the provider received, from the served agent's ``provider_key``.
+shows the key the provider received, from the served agent's ``provider_key``. On a store with
+a turn inbox the process also runs ``--workers`` workers for the turns it (or any instance)
+submits; ``--busy`` says what a turn for a busy thread does.
 """
 
 from __future__ import annotations
 
 import sys
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -22,6 +25,14 @@ from ._common import CliError, StoreOpt, err, open_store, run
 __all__ = ["register"]
 
 _HTTP_HINT = "the HTTP service needs its extra: pip install 'intention-kernel[http]'"
+
+
+class Busy(StrEnum):
+    """What a turn for a thread with a turn in progress does (``create_app(busy=...)``)."""
+
+    ENQUEUE = "enqueue"
+    REJECT = "reject"
+    WAIT = "wait"
 
 
 def register(app: typer.Typer) -> None:
@@ -55,7 +66,12 @@ def serve(
         bool, typer.Option("--allow-anonymous", help="Serve without authentication.")
     ] = False,
     turn_timeout: Annotated[
-        float, typer.Option("--turn-timeout", min=0.1, help="Seconds a turn may run.")
+        float,
+        typer.Option(
+            "--turn-timeout",
+            min=0.1,
+            help="Seconds a request follows its turn (with --busy wait: a turn may run).",
+        ),
     ] = 60.0,
     shutdown_grace: Annotated[
         float,
@@ -66,6 +82,24 @@ def serve(
     pool_size: Annotated[
         int, typer.Option("--pool-size", min=1, max=200, help="PostgreSQL connections.")
     ] = 10,
+    workers: Annotated[
+        int,
+        typer.Option(
+            "--workers",
+            min=0,
+            max=64,
+            help="In-process workers running submitted turns (each runs up to 4 at once); 0:"
+            " none, other processes run them. Only on a store with a turn inbox.",
+        ),
+    ] = 1,
+    busy: Annotated[
+        Busy,
+        typer.Option(
+            "--busy",
+            help="A turn for a busy thread: enqueue (run after the thread's earlier turns),"
+            " reject (409 THREAD_BUSY) or wait (run in the request, waiting for the thread).",
+        ),
+    ] = Busy.ENQUEUE,
     inspector: Annotated[
         bool,
         typer.Option(
@@ -87,8 +121,9 @@ def serve(
     """Serve the agent over HTTP until SIGTERM or SIGINT (docs/http.md).
 
     POST /v1/threads/{thread_id}/turns with the turn id as Idempotency-Key: a retry with the
-    same key returns the same answer and runs nothing. At SIGTERM readiness answers 503,
-    running turns get --shutdown-grace seconds, then are cancelled.
+    same key returns the same answer and runs nothing. On a store with a turn inbox the turn is
+    submitted and run by a worker, whatever happens to the request. At SIGTERM readiness
+    answers 503, running turns get --shutdown-grace seconds, then are cancelled.
     """
 
     async def body() -> None:
@@ -131,6 +166,8 @@ def serve(
                 shutdown_grace=shutdown_grace,
                 inspector=inspector,
                 session_secret=secret,
+                busy=str(busy),
+                workers=workers,
             )
             server = Server(server_config(app, host=host, port=port))
             await server.serve()

@@ -9,6 +9,11 @@ Why an uncertain write does not block the thread: the next turn runs and answers
 that calls that write's key again fails closed. So such a finding names the key it holds
 (``Finding.key``), and the thread itself is blocked only by a held lease or an incompatible
 checkpoint.
+
+Why submitted turns are named: workers run a thread's requests one at a time in submission
+order, so the thread's earliest open request (its head) holds the later ones back when its claim
+expired or it waits for a retry or a ``not_before`` time; a ``dead`` request earlier than open
+ones was skipped. Each is named with the ``inbox`` command (or the worker) that resolves it.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from ..contracts.inspect import LeaseInfo, StoreInspector
 from ..contracts.receipts import ReceiptStatus
 from ..durability.factory import redact
 from ..kernel import Compatibility, admit_checkpoint
+from ._age import span
+from ._inbox import DEAD_SHOWN, InboxFacts, inbox_facts, until
 
 __all__ = ["Diagnosis", "Finding", "diagnose_thread", "redact"]
 
@@ -55,6 +62,8 @@ class Diagnosis:
     revision: int | None
     lease: LeaseInfo
     findings: list[Finding] = field(default_factory=list)
+    inbox: InboxFacts | None = None
+    """The thread's submitted turn requests (``None`` for a store without an inbox)."""
 
     @property
     def blocked(self) -> bool:
@@ -123,6 +132,9 @@ async def diagnose_thread(
                 + (f" (kill {who.split()[1]})" if who.startswith("pid ") else ""),
             )
         )
+    inbox = await inbox_facts(store, thread_id)
+    if inbox is not None:
+        findings.extend(_inbox_findings(inbox, thread_id, store_arg))
     for r in receipts:
         base = f"intention-kernel reconcile {q(thread_id)} {q(r.idempotency_key)}"
         resolve = (
@@ -201,5 +213,86 @@ async def diagnose_thread(
             )
         )
     return Diagnosis(
-        thread_id, None if checkpoint is None else checkpoint.revision, lease, findings
+        thread_id, None if checkpoint is None else checkpoint.revision, lease, findings, inbox
     )
+
+
+def _inbox_findings(inbox: InboxFacts, thread_id: str, store_arg: str) -> list[Finding]:
+    """The head request that holds the thread back, and the dead requests it went on without."""
+    q = shlex.quote
+    findings: list[Finding] = []
+    head = inbox.head
+    behind = inbox.pending + inbox.running - 1
+    later = f" The thread's {behind} later request(s) wait behind it." if behind > 0 else ""
+
+    def command(action: str, turn_id: str) -> str:
+        return (
+            f"intention-kernel inbox {action} --thread {q(thread_id)} --turn {q(turn_id)}"
+            f" --actor NAME --note TEXT{store_arg}"
+        )
+
+    if head is not None and inbox.claim_expired:
+        assert head.claimed_until is not None
+        expired = span((inbox.now - head.claimed_until).total_seconds())
+        findings.append(
+            _finding(
+                "request_claim_expired",
+                True,
+                f"the submitted turn {head.turn_id} (request {head.position}, attempt"
+                f" {head.attempts}) was claimed by {head.claimed_by or 'a worker'}, whose claim"
+                f" expired {expired} ago: that worker stopped or hangs. A worker claims it"
+                f" again and runs the turn again from the thread's last commit.{later}",
+                "run a worker on this store: intention-kernel worker --agent MODULE:ATTRIBUTE"
+                f"{store_arg}",
+            )
+        )
+    elif head is not None and inbox.waiting:
+        if head.attempts > 0:
+            failed = f" [{head.error_code}] {head.error}" if head.error_code else ""
+            when = until(head.not_before, inbox.now)
+            retried = "it is due for its retry" if when == "due" else f"it is retried {when}"
+            why = f"failed {head.attempts} time(s){failed}; {retried}"
+        else:
+            why = f"was submitted to run not before {head.not_before.isoformat()}"
+        future = head.not_before > inbox.now
+        run_it = (
+            f"run it now: {command('retry', head.turn_id)}"
+            if future
+            else "it is due: a running worker claims it (intention-kernel worker --agent"
+            f" MODULE:ATTRIBUTE{store_arg})"
+        )
+        findings.append(
+            _finding(
+                "request_waiting",
+                # It holds the thread while it waits for a time; a due one waits for a worker.
+                future and (head.attempts > 0 or behind > 0),
+                f"the submitted turn {head.turn_id} (request {head.position}) {why}.{later}",
+                f"{run_it}; or give it up (later requests go on):"
+                f" {command('cancel', head.turn_id)}",
+            )
+        )
+    for dead in inbox.dead_before[:DEAD_SHOWN]:
+        failed = f" [{dead.error_code}] {dead.error}" if dead.error_code else ""
+        by = [a for a in dead.operator_log if a.action == "cancel"]
+        cancelled = f", cancelled by {by[-1].actor}: {by[-1].note}" if by else ""
+        findings.append(
+            _finding(
+                "dead_request",
+                False,
+                f"the submitted turn {dead.turn_id} (request {dead.position}) is dead after"
+                f" {dead.attempts} attempt(s){failed}{cancelled}; the thread's later requests"
+                " run without it.",
+                f"to run it before the thread's open requests: {command('retry', dead.turn_id)}",
+            )
+        )
+    if len(inbox.dead_before) > DEAD_SHOWN:
+        findings.append(
+            _finding(
+                "dead_request",
+                False,
+                f"{len(inbox.dead_before) - DEAD_SHOWN} more dead request(s) of this thread are"
+                " earlier than its open ones.",
+                f"intention-kernel inbox list --thread {q(thread_id)} --state dead{store_arg}",
+            )
+        )
+    return findings

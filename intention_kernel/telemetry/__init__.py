@@ -2,11 +2,12 @@
 
 Why a package: ``_otel`` is the only module that imports ``opentelemetry`` (the ``otel``
 extra, the API only; the host brings the SDK and its exporter); the turn and its metrics
-(``_turns``), the spans inside a turn (``_spans``), the receipts gauge (``_receipts``) and the
-relay's metrics (``_relay``) each have their own module. Without the package every helper is a
-shared no-op; with the API but no SDK configured, a turn checks the two global providers and
-does nothing else. With an SDK whose sampler drops the turn, the turn's span is not recording
-and no child span or further attribute is built (its metrics are still recorded).
+(``_turns``), the spans inside a turn (``_spans``), the receipts gauge (``_receipts``), the
+turn inbox's metrics (``_inbox``) and the relay's metrics (``_relay``) each have their own
+module. Without the package every helper is a shared no-op; with the API but no SDK
+configured, a turn checks the two global providers and does nothing else. With an SDK whose
+sampler drops the turn, the turn's span is not recording and no child span or further
+attribute is built (its metrics are still recorded).
 
 Cost (``bench/telemetry_overhead.py``): almost all of it is the SDK's own span and metric
 work; here each span gets its attributes at its start and those known later in one call at
@@ -20,6 +21,8 @@ What is emitted (see ``docs/observability.md``):
 * metrics ``ik.turn.duration``, ``ik.turn.replays``, ``ik.lease.wait``, ``ik.effects``,
   ``gen_ai.client.operation.duration``, ``gen_ai.client.token.usage`` (with the GenAI
   conventions' bucket boundaries), ``ik.receipts.uncertain`` (``UncertainReceipts``),
+  ``ik.inbox.requests`` and ``ik.inbox.oldest_pending.age`` (``InboxBacklog``),
+  ``ik.inbox.wait``, ``ik.inbox.attempts`` and ``ik.inbox.outcomes`` (recorded by workers),
   ``ik.relay.delivery.lag`` and ``ik.relay.dead_letters`` (``RelayTelemetry``);
 * a caller's W3C trace context continued (``continued_trace``, for the HTTP service).
 
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 from ._common import NULL as NULL  # the shared no-op handle
 from ._common import db_system, key_hash
+from ._inbox import InboxBacklog
 from ._otel import AVAILABLE
 from ._otel import SCOPE as SCOPE
 from ._propagation import continued_trace
@@ -42,6 +46,7 @@ from ._turns import Telemetry
 
 __all__ = [
     "AVAILABLE",
+    "InboxBacklog",
     "RelayTelemetry",
     "Telemetry",
     "UncertainReceipts",

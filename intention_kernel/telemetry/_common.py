@@ -9,6 +9,7 @@ from typing import Any
 
 from ..contracts.errors import ModelGatewayError
 from ..contracts.events import KernelEvent
+from ..contracts.inbox import InboxRequest
 from ..contracts.receipts import EffectReceipt
 
 Attributes = dict[str, Any]
@@ -116,6 +117,17 @@ class _Null:
         return None
 
     def settled(self, status: str, receipt: EffectReceipt | None, replayed: bool | None) -> None:
+        return None
+
+    def claimed(self, request: InboxRequest) -> None:
+        return None
+
+    def done(self, request: InboxRequest) -> None:
+        return None
+
+    def released(
+        self, request: InboxRequest, released: InboxRequest | None, error_code: str | None
+    ) -> None:
         return None
 
 

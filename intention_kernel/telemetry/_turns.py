@@ -14,6 +14,7 @@ from ..__version__ import __version__
 from ..contracts.events import KernelEvent
 from . import _otel
 from ._common import NULL, Attributes, Redactor, _cleaned, _error_type, _Null
+from ._inbox import InboxInstruments, WorkerMetrics
 from ._otel import SCOPE
 
 _TURN_BOUNDS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
@@ -64,7 +65,9 @@ class Telemetry:
     __slots__ = (
         "_durations",
         "_effects",
+        "_inbox",
         "_lease",
+        "_meter",
         "_operations",
         "_own_meter",
         "_own_tracer",
@@ -89,6 +92,7 @@ class Telemetry:
         self._redact = redact
         self._points: dict[tuple[str | None, ...], Attributes] = {}
         self._token_points: dict[tuple[str | None, str, str], tuple[Attributes, Attributes]] = {}
+        self._inbox: InboxInstruments | None = None
         if not self.enabled:
             return
         self._own_tracer = isinstance(tracer_provider, _otel.TracerProvider)
@@ -107,6 +111,7 @@ class Telemetry:
             if isinstance(meter_provider, _otel.MeterProvider)
             else None,
         )
+        self._meter = meter
         self._durations = meter.create_histogram(
             "ik.turn.duration",
             unit="s",
@@ -157,6 +162,15 @@ class Telemetry:
         turn = _Turn(self, agent_id, agent_version, fingerprint, thread_id, turn_id, store)
         turn.traced, turn.metered = traced, metered
         return turn
+
+    def inbox(self, agent_id: str) -> WorkerMetrics | _Null:
+        """What a worker of agent ``agent_id`` records for the requests it runs (``_inbox``);
+        its instruments are made once per ``Telemetry``."""
+        if not self.enabled:
+            return NULL
+        if self._inbox is None:
+            self._inbox = InboxInstruments(self._meter)
+        return WorkerMetrics(self, self._inbox, agent_id)
 
     def traced(self) -> bool:
         """Spans go somewhere: a provider was given, or the host configured a global SDK one

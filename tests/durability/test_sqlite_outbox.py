@@ -51,6 +51,8 @@ def test_a_schema_1_database_is_upgraded_with_its_outbox_kept(tmp_path: Path) ->
 
     asyncio.run(write())
     conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("DROP TABLE ik_inbox")  # back to schema 3 by hand
+    conn.execute("DROP TABLE ik_progress")
     conn.execute("DROP INDEX ik_heads_pending")  # back to schema 2 by hand
     conn.execute("DROP INDEX ik_receipts_open")
     conn.execute("ALTER TABLE ik_heads DROP COLUMN pending_interaction")

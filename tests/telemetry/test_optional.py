@@ -33,6 +33,15 @@ WITHOUT_OTEL = textwrap.dedent(
         events = await store.read_outbox()
         assert events and all(e.event.traceparent is None for e in events)
         assert telemetry.UncertainReceipts(store).count is None
+        backlog = telemetry.InboxBacklog(store.inbox)
+        assert backlog.stats is None and (await backlog.refresh()).pending == 0
+        await desk.submit(thread_id="t2", turn_id="1", text="Is breakfast included?")
+        worker = desk.worker(poll_interval=0.01)
+        working = asyncio.create_task(worker.run())
+        while (await store.inbox.get("t2", "1")).state != "done":
+            await asyncio.sleep(0.01)
+        worker.stop()
+        await working
         OutboxRelay(store, object())  # type: ignore[arg-type]
         print("ok", done.response.text[:20])
 

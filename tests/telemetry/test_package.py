@@ -1,5 +1,6 @@
-"""The telemetry package: the same public names as ever, small modules, and the store's own
-``db.system.name`` on every turn (its class says it; nothing is guessed from a class name)."""
+"""The telemetry package: the same public names as ever (and the inbox's gauges), small
+modules, and the store's own ``db.system.name`` on every turn (its class says it; nothing is
+guessed from a class name)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ PACKAGE = Path(telemetry.__file__).parent
 
 EXPORTED = [
     "AVAILABLE",
+    "InboxBacklog",
     "RelayTelemetry",
     "Telemetry",
     "UncertainReceipts",

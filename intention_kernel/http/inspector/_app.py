@@ -5,7 +5,7 @@ Why server-rendered and small: the pages must work without a build step and with
 (a bit of script only shows or hides the value field), with a keyboard and a screen reader.
 Every form carries the session's CSRF token and a POST from another origin is refused
 (``_security``); each page lives in its own module (``_login``, ``_threads``, ``_receipts``,
-``_deploy``).
+``_requests``, ``_deploy``).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from ._deploy import deploy, run_deploy
 from ._inspector import DEFAULT_PAGE_SIZE, INSPECTOR_STATE, Inspector, ProviderKey
 from ._login import _verifier, home, login, login_page, logout
 from ._receipts import confirm, queue, receipt_page, reconcile
+from ._requests import act_on_request, confirm_request, request_page, requests
 from ._security import _page
 from ._session import SessionCodec, SessionStore
 from ._threads import old_thread_path, thread, threads
@@ -76,7 +77,8 @@ def create_inspector(
     incompatible filter, the diagnosis and the deploy check. ``session_secret`` (32 bytes or
     more) signs the login form's cookie; without one, a secret is made per process.
     ``authorize(principal, thread_id, action)`` is asked with ``read`` (for every row and
-    link shown) and ``reconcile``. ``provider_key(receipt)`` shows the key the provider knows.
+    link shown), ``reconcile``, and ``retry`` or ``cancel`` before an operator's action on a
+    turn request. ``provider_key(receipt)`` shows the key the provider knows.
     """
     if not callable(authenticate):
         raise ConfigurationError(
@@ -119,6 +121,14 @@ def create_inspector(
                 methods=["POST"],
             ),
             Route("/reconcile", _page(reconcile, post=True, operator=True), methods=["POST"]),
+            Route("/requests", _page(requests), methods=["GET"]),
+            Route("/request", _page(request_page), methods=["GET"]),
+            Route(
+                "/request/confirm",
+                _page(confirm_request, post=True, operator=True),
+                methods=["POST"],
+            ),
+            Route("/request", _page(act_on_request, post=True, operator=True), methods=["POST"]),
             Route("/deploy", _page(deploy), methods=["GET"]),
             Route("/deploy", _page(run_deploy, post=True, operator=True), methods=["POST"]),
             Mount("/static", app=static, name="static"),

@@ -19,6 +19,8 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
 from ...contracts.durability import DurabilityStore
+from ...contracts.errors import KernelError
+from ...contracts.inbox import TurnInbox
 from ...contracts.inspect import StoreInspector
 from ...contracts.receipts import EffectReceipt, ReceiptStatus
 from ...kernel import Compatibility
@@ -113,6 +115,15 @@ class Inspector:
     def inspector(self) -> StoreInspector | None:
         return self.store if isinstance(self.store, StoreInspector) else None
 
+    @property
+    def inbox(self) -> TurnInbox | None:
+        """The store's turn inbox, or ``None`` for a store without one."""
+        try:
+            found = getattr(self.store, "inbox", None)
+        except KernelError:  # a store built without the inbox role says NOT_SUPPORTED
+            return None
+        return found if isinstance(found, TurnInbox) else None
+
     def accepted(self) -> list[str] | None:
         """Fingerprints the agent loads (its own, declared compatible, migrated from)."""
         if self.compat is None:
@@ -146,6 +157,7 @@ class Inspector:
             path=request.url.path,
             thread_href=lambda thread_id: _thread_href(request, thread_id),
             receipt_href=lambda thread_id, key: _receipt_href(request, thread_id, key),
+            request_href=lambda thread_id, turn_id: _request_href(request, thread_id, turn_id),
             **context,
         )
         response = HTMLResponse(page, status_code=status)
@@ -177,6 +189,10 @@ def _base(request: Request) -> str:
 
 def _receipt_href(request: Request, thread_id: str, key: str) -> str:
     return f"{_base(request)}/receipt?{urlencode({'thread': thread_id, 'key': key})}"
+
+
+def _request_href(request: Request, thread_id: str, turn_id: str) -> str:
+    return f"{_base(request)}/request?{urlencode({'thread': thread_id, 'turn': turn_id})}"
 
 
 def _thread_href(request: Request, thread_id: str) -> str:

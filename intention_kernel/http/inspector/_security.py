@@ -108,7 +108,8 @@ def _page(
                 raise InspectorProblem(
                     403,
                     "FORBIDDEN",
-                    f"{session.principal.id} is a viewer: only operators may reconcile",
+                    f"{session.principal.id} is a viewer: only operators may reconcile, retry or"
+                    " cancel",
                 )
             return await handler(inspector, request, session)
         except InspectorProblem as problem:

@@ -1,5 +1,5 @@
 """The threads pages: the list (searched, filtered, paged after a cursor) and one thread
-(checkpoint, turns, receipts, outbox, diagnosis).
+(checkpoint, turns, receipts, turn requests, outbox, diagnosis).
 
 Why every row passes ``authorize``: a page must not tell a principal which threads exist that
 it may not read (ids, counts, a pager's cursor).
@@ -32,6 +32,7 @@ from ._inspector import (
     _json,
     _thread_href,
 )
+from ._requests import thread_requests
 from ._session import Session
 
 
@@ -195,7 +196,8 @@ async def thread(inspector: Inspector, request: Request, session: Session) -> Re
     except CheckpointCorruptError as exc:
         corrupt = redact(exc.message)
     receipts = await store.list_receipts(thread_id=thread_id, limit=500)
-    if checkpoint is None and corrupt is None and not receipts:
+    requests = await thread_requests(inspector, request, thread_id)
+    if checkpoint is None and corrupt is None and not receipts and not (requests or {}).get("any"):
         raise InspectorProblem(404, "THREAD_NOT_FOUND", "no thread with this id in the store")
     turns: list[dict[str, Any]] = []
     turns_after = _number(request, "turns_after")
@@ -246,6 +248,7 @@ async def thread(inspector: Inspector, request: Request, session: Session) -> Re
                 else None
             ),
             "diagnosis": diagnosis,
+            "requests": requests,
         },
         session=session,
     )
