@@ -16,6 +16,8 @@ from . import _schema
 from ._connection import PgConnection
 from ._errors import translated
 from ._heads import HeadTexts
+from ._inbox import PostgresInbox
+from ._inbox_sql import InboxStatements
 from ._inspect import PostgresInspection
 from ._lease import LeaseSettings, PgLease
 from ._notifier import PostgresNotifier
@@ -64,8 +66,8 @@ class PostgresDurability(DurableStore[PgLease]):
 
     Open with ``PostgresDurability.open("postgresql://...")`` or ``open(pool)``; create the
     tables with ``setup()`` (or ``open(..., setup=True)``); ``open`` verifies the schema. It is
-    a ``DurableStore`` over ``PostgresTurns``, ``PostgresHistory``, ``PostgresOutbox`` and
-    ``PostgresInspection``, sharing one ``PgConnection``.
+    a ``DurableStore`` over ``PostgresTurns``, ``PostgresHistory``, ``PostgresOutbox``,
+    ``PostgresInspection`` and ``PostgresInbox``, sharing one ``PgConnection``.
     """
 
     telemetry_system: str | None = "postgresql"  # its OpenTelemetry db.system.name
@@ -133,6 +135,7 @@ class PostgresDurability(DurableStore[PgLease]):
             history=PostgresHistory(db, sql, heads, json_limits=json_limits),
             outbox=PostgresOutbox(db, outbox_sql),
             inspection=PostgresInspection(db),
+            inbox=PostgresInbox(db, InboxStatements(self.schema)),
             lock_timeout=lock_timeout,
             json_limits=json_limits,
         )

@@ -2,8 +2,9 @@
 
 The position of a migration in ``MIGRATIONS`` is its version (1-based). ``migrate`` applies the
 missing ones in one transaction serialized by a transaction-level advisory lock (released at
-COMMIT, so it works behind a transaction-mode pooler); nothing else in the adapter uses advisory
-locks. ``verify`` only reads and refuses a missing, older or newer schema.
+COMMIT, so it works behind a transaction-mode pooler); the only other advisory locks are the
+inbox's per-thread ones (two-key form, so never this one; see ``_inbox``). ``verify`` only
+reads and refuses a missing, older or newer schema.
 """
 
 from __future__ import annotations
@@ -141,6 +142,141 @@ MIGRATIONS: tuple[str, ...] = (
         WHERE status IN ('uncertain', 'prepared');
     ALTER FUNCTION {s}.json_or_null(text) PARALLEL RESTRICTED;
     ALTER FUNCTION {s}.timestamptz_or_null(text) PARALLEL RESTRICTED;
+    """,
+    # 6: the turn inbox (``_inbox``) and the progress log of running turns. ``ready_at`` is
+    # when an open request can be claimed (``not_before`` of a pending one, the claim's expiry
+    # of a running one). The claim walks ``inbox_ready`` from its start: requests that are not
+    # due are past the walk's end; done and dead ones are in none of the claim's indexes; a
+    # request found not to be the head of its thread is set aside behind its predecessor
+    # (``held_by``, the predecessor marked ``holds_back``) and walked again only when that one
+    # has finished (``inbox_finished_holders``). ``inbox_claim`` is the claim (see ``_inbox``).
+    """
+    CREATE TABLE {s}.inbox (
+        position      bigserial PRIMARY KEY,
+        thread_id     text NOT NULL CHECK (length(thread_id) BETWEEN 1 AND 256),
+        turn_id       text NOT NULL CHECK (length(turn_id) BETWEEN 1 AND 256),
+        state         text NOT NULL CHECK (state IN ('pending', 'running', 'done', 'dead')),
+        text          text NOT NULL,
+        payload       text NOT NULL,
+        fingerprint   text NOT NULL,
+        submitted_at  timestamptz NOT NULL,
+        not_before    timestamptz NOT NULL,
+        attempts      integer NOT NULL DEFAULT 0,
+        claimed_by    text,
+        claimed_until timestamptz,
+        finished_at   timestamptz,
+        error_code    text,
+        error         text,
+        operator_log  text,
+        held_by       bigint,
+        holds_back    boolean NOT NULL DEFAULT false,
+        ready_at      timestamptz GENERATED ALWAYS AS (
+                          CASE state WHEN 'pending' THEN not_before
+                                     WHEN 'running' THEN claimed_until END) STORED,
+        CONSTRAINT inbox_request_key UNIQUE (thread_id, turn_id),
+        CONSTRAINT inbox_claim_expires CHECK (state <> 'running' OR claimed_until IS NOT NULL)
+    );
+    CREATE INDEX inbox_ready ON {s}.inbox (ready_at, position)
+        WHERE state IN ('pending', 'running') AND held_by IS NULL;
+    CREATE INDEX inbox_open_by_thread ON {s}.inbox (thread_id, position)
+        WHERE state IN ('pending', 'running');
+    CREATE INDEX inbox_running_by_worker ON {s}.inbox (claimed_by) WHERE state = 'running';
+    -- Every running request has a claim expiry; saying so here keeps this index to the claim's
+    -- check of live claims (a renewal by worker cannot use it, so it always takes the other).
+    CREATE INDEX inbox_running_by_thread ON {s}.inbox (thread_id)
+        WHERE state = 'running' AND claimed_until IS NOT NULL;
+    CREATE INDEX inbox_held ON {s}.inbox (held_by) WHERE held_by IS NOT NULL;
+    CREATE INDEX inbox_finished_holders ON {s}.inbox (position)
+        WHERE holds_back AND state IN ('done', 'dead');
+    CREATE INDEX inbox_dead ON {s}.inbox (position) WHERE state = 'dead';
+    CREATE TABLE {s}.progress (
+        thread_id   text NOT NULL,
+        turn_id     text NOT NULL,
+        seq         integer NOT NULL,
+        item        text NOT NULL,
+        written_at  timestamptz NOT NULL,
+        PRIMARY KEY (thread_id, turn_id, seq)
+    );
+    CREATE INDEX progress_written ON {s}.progress USING brin (written_at);
+    CREATE FUNCTION {s}.inbox_claim(worker text, ttl float8)
+        RETURNS SETOF {s}.inbox LANGUAGE plpgsql VOLATILE AS $$
+    DECLARE
+        at_time        timestamptz := clock_timestamp();
+        seen_ready     timestamptz := '-infinity';
+        seen_position  bigint := 0;
+        finished       bigint;
+        predecessor    bigint;
+        candidate      record;
+        claimed        {s}.inbox;
+    BEGIN
+        PERFORM set_config('synchronous_commit', 'off', true);
+        -- Requests set aside behind one that has finished since are walked again.
+        FOR finished IN
+            SELECT f.position FROM {s}.inbox f
+             WHERE f.holds_back AND f.state IN ('done', 'dead') FOR UPDATE SKIP LOCKED
+        LOOP
+            UPDATE {s}.inbox SET held_by = NULL WHERE held_by = finished;
+            UPDATE {s}.inbox SET holds_back = false WHERE position = finished;
+        END LOOP;
+        LOOP
+            SELECT i.position, i.thread_id, i.ready_at INTO candidate
+              FROM {s}.inbox i
+             WHERE i.state IN ('pending', 'running') AND i.held_by IS NULL
+               AND i.ready_at <= at_time
+               AND (i.ready_at, i.position) > (seen_ready, seen_position)
+             ORDER BY i.ready_at, i.position
+             LIMIT 1;
+            IF NOT FOUND THEN
+                RETURN;
+            END IF;
+            seen_ready := candidate.ready_at;
+            seen_position := candidate.position;
+            -- Another claim of the thread is under way: the thread is skipped, never awaited.
+            CONTINUE WHEN NOT pg_try_advisory_xact_lock(
+                hashtext('{s}'), hashtext(candidate.thread_id));
+            -- New statements, so snapshots taken under the thread's lock. An earlier open
+            -- request (locked: it cannot finish before this commits; one being changed right
+            -- now is passed over for the one before it)?
+            SELECT p.position INTO predecessor FROM {s}.inbox p
+             WHERE p.thread_id = candidate.thread_id AND p.position < candidate.position
+               AND p.state IN ('pending', 'running')
+             ORDER BY p.position DESC
+             LIMIT 1
+               FOR SHARE SKIP LOCKED;
+            IF predecessor IS NOT NULL THEN
+                -- Not the head: set aside until its predecessor has finished.
+                UPDATE {s}.inbox SET holds_back = true
+                 WHERE position = predecessor AND NOT holds_back;
+                UPDATE {s}.inbox SET held_by = predecessor
+                 WHERE position = candidate.position AND held_by IS NULL
+                   AND state IN ('pending', 'running');
+                CONTINUE;
+            END IF;
+            -- The claim rule again, on this snapshot; the candidate locked, rechecked.
+            UPDATE {s}.inbox u
+               SET state = 'running', claimed_by = worker, attempts = u.attempts + 1,
+                   claimed_until = at_time + make_interval(secs => ttl)
+             WHERE u.position = (
+                   SELECT k.position FROM {s}.inbox k
+                    WHERE k.position = candidate.position
+                      AND k.state IN ('pending', 'running') AND k.ready_at <= at_time
+                      FOR UPDATE SKIP LOCKED)
+               AND NOT EXISTS (
+                   SELECT 1 FROM {s}.inbox e
+                    WHERE e.thread_id = candidate.thread_id
+                      AND e.position < candidate.position
+                      AND e.state IN ('pending', 'running'))
+               AND NOT EXISTS (
+                   SELECT 1 FROM {s}.inbox r
+                    WHERE r.thread_id = candidate.thread_id AND r.state = 'running'
+                      AND r.claimed_until > at_time AND r.position <> candidate.position)
+            RETURNING u.* INTO claimed;
+            IF FOUND THEN
+                RETURN NEXT claimed;
+                RETURN;
+            END IF;
+        END LOOP;
+    END $$;
     """,
 )
 

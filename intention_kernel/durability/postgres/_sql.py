@@ -144,8 +144,8 @@ written AS (
 SELECT (SELECT count(*) FROM fence) AS fenced, (SELECT count(*) FROM written) AS written""",
             # $4 turn, $5 new revision, $6 loaded revision, $7 fingerprint, $8 result,
             # $9 sequences, $10 events, $11 agent fingerprint, $12 pending interaction kind.
-            # Turn row, head CAS, outbox and the lease's release (only when the head moved):
-            # one statement, one commit.
+            # Turn row, head CAS, outbox, the lease's release and the turn's inbox request
+            # marked done (both only when the head moved): one statement, one commit.
             commit=f"""
 WITH fence AS ({commit_fence}),
 head AS (
@@ -171,6 +171,11 @@ head AS (
 ), released AS (
     UPDATE {s}.leases SET expires_at = '-infinity'
     WHERE thread_id = $1 AND epoch = $2 AND owner = $3 AND EXISTS (SELECT 1 FROM head)
+    RETURNING 1
+), done AS (
+    UPDATE {s}.inbox SET state = 'done', finished_at = now(), claimed_by = NULL,
+        claimed_until = NULL
+    WHERE thread_id = $1 AND turn_id = $4 AND state <> 'done' AND EXISTS (SELECT 1 FROM head)
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM fence) AS fenced,

@@ -1,0 +1,155 @@
+"""The inbox's statements, rendered once per schema (``InboxStatements``).
+
+Every statement is its own short transaction; the claim is one call of the schema's
+``inbox_claim`` function (migration 6, see ``_inbox``). Submits, operator actions and renewals
+take the thread's transaction-level advisory lock, the one the claim takes, so that a claim's
+check under that lock sees them. Durable writes force ``synchronous_commit`` on per statement;
+claims, renewals and progress are written without waiting for the flush (a lost one costs a
+repeated claim or a progress item, never a promise).
+"""
+
+from __future__ import annotations
+
+from .._inbox_rows import COLUMNS
+
+__all__ = ["InboxStatements"]
+
+# Init-plans: evaluated once per statement, transaction-local (works behind a pooler).
+_SYNC_ON = "(SELECT set_config('synchronous_commit', 'on', true)) IS NOT NULL"
+_SYNC_OFF = "(SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL"
+_OPEN = "('pending', 'running')"
+
+
+def _columns(alias: str = "") -> str:
+    prefix = f"{alias}." if alias else ""
+    return ", ".join(prefix + c for c in COLUMNS)
+
+
+class InboxStatements:
+    """The inbox statements of one schema, rendered once."""
+
+    def __init__(self, schema: str) -> None:
+        q = f'"{schema}"'
+        s, cols = f"{q}.inbox", _columns()
+        # The thread's lock, as ``inbox_claim`` takes it (same keys: the schema's quoted name,
+        # then the thread id). It returns void, which is not NULL.
+        lock = f"pg_advisory_xact_lock(hashtext('{q}'), hashtext({{}})) IS NOT NULL"
+        # $1 thread, $2 turn, $3 text, $4 payload, $5 fingerprint, $6 not_before or NULL.
+        # The stored request, else the committed turn, else the new row (its position taken
+        # under the thread's lock: a thread's positions follow the order its submits commit
+        # in). No row at all: a concurrent submit of the id committed after this statement's
+        # snapshot (ON CONFLICT saw it); the caller asks again.
+        self.submit = f"""
+WITH existing AS (
+    SELECT {cols} FROM {s} WHERE thread_id = $1 AND turn_id = $2
+), prior AS (
+    SELECT fingerprint, true AS found FROM {q}.turns WHERE thread_id = $1 AND turn_id = $2
+), written AS (
+    INSERT INTO {s} (thread_id, turn_id, state, text, payload, fingerprint, submitted_at,
+                     not_before)
+    SELECT $1, $2, 'pending', $3, $4, $5, now(), coalesce($6::timestamptz, now())
+    WHERE NOT EXISTS (SELECT 1 FROM existing) AND NOT EXISTS (SELECT 1 FROM prior)
+      AND {lock.format("$1")} AND {_SYNC_ON}
+    ON CONFLICT (thread_id, turn_id) DO NOTHING
+    RETURNING {cols}
+)
+SELECT r.*, (SELECT count(*) FROM written) > 0 AS inserted,
+       p.fingerprint AS committed_fingerprint, coalesce(p.found, false) AS committed
+FROM (SELECT 1) AS one
+LEFT JOIN (SELECT * FROM written UNION ALL SELECT * FROM existing) r ON true
+LEFT JOIN prior p ON true"""
+        # $1 worker, $2 ttl seconds.
+        self.claim = f"SELECT {cols} FROM {q}.inbox_claim($1, $2::float8)"
+        # $1 position, $2 worker, $3 error code, $4 error: a claimed row that cannot be read.
+        self.kill_unreadable = f"""
+UPDATE {s} SET state = 'dead', claimed_by = NULL, claimed_until = NULL, finished_at = now(),
+    error_code = $3, error = $4
+WHERE position = $1 AND claimed_by = $2 AND state = 'running' AND {_SYNC_ON}"""
+        # $1 worker, $2 ttl seconds. The thread's lock comes first and the expiry is read on
+        # the clock after it: a claim that found this claim expired has committed by then, and
+        # the renewal then finds it expired too.
+        self.renew = f"""
+UPDATE {s} SET claimed_until = clock_timestamp() + make_interval(secs => $2::float8)
+WHERE claimed_by = $1 AND state = 'running'
+  AND CASE WHEN {lock.format("thread_id")} THEN claimed_until > clock_timestamp() END
+  AND {_SYNC_OFF}
+RETURNING thread_id, turn_id"""
+        # $1 worker, $2 thread, $3 turn, $4 retry seconds or NULL (dead), $5 code, $6 error.
+        self.release = f"""
+WITH committed AS MATERIALIZED (
+    SELECT EXISTS (SELECT 1 FROM {q}.turns WHERE thread_id = $2 AND turn_id = $3) AS yes
+)
+UPDATE {s} u SET
+    state = CASE WHEN c.yes THEN 'done' WHEN $4::float8 IS NULL THEN 'dead' ELSE 'pending' END,
+    not_before = CASE WHEN c.yes OR $4::float8 IS NULL THEN u.not_before
+                      ELSE now() + make_interval(secs => $4::float8) END,
+    finished_at = CASE WHEN c.yes OR $4::float8 IS NULL THEN now() ELSE u.finished_at END,
+    claimed_by = NULL, claimed_until = NULL, error_code = $5, error = $6
+FROM committed c
+WHERE u.thread_id = $2 AND u.turn_id = $3 AND u.state = 'running' AND u.claimed_by = $1
+  AND u.claimed_until > now() AND {_SYNC_ON}
+RETURNING {_columns("u")}"""
+        # $1 thread, $2 turn.
+        self.mark_done = f"""
+WITH committed AS (
+    SELECT 1 FROM {q}.turns WHERE thread_id = $1 AND turn_id = $2
+), marked AS (
+    UPDATE {s} SET state = 'done', finished_at = now(), claimed_by = NULL, claimed_until = NULL
+    WHERE thread_id = $1 AND turn_id = $2 AND state <> 'done'
+      AND EXISTS (SELECT 1 FROM committed) AND {_SYNC_ON}
+    RETURNING 1
+)
+SELECT EXISTS (SELECT 1 FROM committed) AS committed, (SELECT count(*) FROM marked) AS marked"""
+        self.get = f"SELECT {cols} FROM {s} WHERE thread_id = $1 AND turn_id = $2"
+        # $1 after position, $2 limit, then the filters given: state, thread (in that order).
+        self.list_requests = {
+            (by_state, by_thread): f"SELECT {cols} FROM {s} WHERE position > $1"
+            + (" AND state = $3::text" if by_state else "")
+            + (f" AND thread_id = ${3 + by_state}::text" if by_thread else "")
+            + " ORDER BY position LIMIT $2"
+            for by_state in (False, True)
+            for by_thread in (False, True)
+        }
+        # $1 thread, $2 turn, $3 expected states, $4 new state, $5 new operator log, $6 the
+        # operator log read before (a compare-and-set: the caller appended to it). Made due
+        # again, a request counts its attempts from 0 again.
+        self.operate = f"""
+WITH committed AS MATERIALIZED (
+    SELECT EXISTS (SELECT 1 FROM {q}.turns WHERE thread_id = $1 AND turn_id = $2) AS yes
+)
+UPDATE {s} u SET
+    state = CASE WHEN c.yes THEN 'done' ELSE $4::text END,
+    not_before = CASE WHEN NOT c.yes AND $4::text = 'pending' THEN now() ELSE u.not_before END,
+    finished_at = CASE WHEN NOT c.yes AND $4::text = 'pending' THEN NULL ELSE now() END,
+    attempts = CASE WHEN NOT c.yes AND $4::text = 'pending' THEN 0 ELSE u.attempts END,
+    claimed_by = NULL, claimed_until = NULL, operator_log = $5
+FROM committed c
+WHERE u.thread_id = $1 AND u.turn_id = $2 AND u.state = ANY($3::text[])
+  AND u.operator_log IS NOT DISTINCT FROM $6::text
+  AND {lock.format("u.thread_id")} AND {_SYNC_ON}
+RETURNING {_columns("u")}"""
+        # One snapshot; open rows through the claim's partial indexes, dead ones through theirs.
+        self.stats = f"""
+SELECT count(*) FILTER (WHERE state = 'pending') AS pending,
+       count(*) FILTER (WHERE state = 'running') AS running,
+       min(submitted_at) FILTER (WHERE state = 'pending') AS oldest_pending_at,
+       (SELECT count(*) FROM {s} WHERE state = 'dead') AS dead
+FROM {s} WHERE state IN {_OPEN}"""
+        p = f"{q}.progress"
+        # $1 thread, $2 turn, $3 items. Two writers of one turn at once: the second one's
+        # insert fails on the primary key and is sent again (``_inbox``).
+        self.append_progress = f"""
+WITH last AS (
+    SELECT coalesce(max(seq), 0) AS seq FROM {p} WHERE thread_id = $1 AND turn_id = $2
+), written AS (
+    INSERT INTO {p} (thread_id, turn_id, seq, item, written_at)
+    SELECT $1, $2, last.seq + i.n, i.item, now()
+    FROM last, unnest($3::text[]) WITH ORDINALITY AS i(item, n)
+    WHERE {_SYNC_OFF}
+    RETURNING seq
+)
+SELECT max(seq) AS seq FROM written"""
+        self.read_progress = f"""
+SELECT seq, item FROM {p} WHERE thread_id = $1 AND turn_id = $2 AND seq > $3
+ORDER BY seq LIMIT $4"""
+        self.prune_progress = f"DELETE FROM {p} WHERE written_at < $1 AND {_SYNC_OFF}"
