@@ -26,6 +26,7 @@ import random
 import uuid
 from collections.abc import Awaitable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol, TypeVar
 
 from ..contracts.errors import ConfigurationError, KernelError
@@ -37,6 +38,8 @@ from .streaming import Progress
 __all__ = ["Worker", "WorkerSettings"]
 
 log = logging.getLogger("intention_kernel.inbox")
+_PRUNE_EVERY = 300.0
+"""Seconds between a worker's prunes of old progress (the first at a random moment)."""
 _T = TypeVar("_T")
 
 
@@ -49,7 +52,8 @@ class WorkerSettings:
     how often an idle worker looks for requests submitted by other processes. ``max_attempts``:
     claims before a request is dead. ``backoff``/``max_backoff``: the first and the largest
     delay of a retry. ``turn_timeout``: each turn's deadline (``run(timeout=...)``).
-    ``grace``: seconds a drain lets running turns finish."""
+    ``grace``: seconds a drain lets running turns finish. ``progress_retention``: seconds a
+    turn's recorded progress is kept (workers prune older entries every few minutes)."""
 
     concurrency: int = 4
     claim_ttl: float = 30.0
@@ -59,6 +63,7 @@ class WorkerSettings:
     max_backoff: float = 60.0
     turn_timeout: float | None = 600.0
     grace: float = 30.0
+    progress_retention: float = 3600.0
 
     def __post_init__(self) -> None:
         problems = []
@@ -66,7 +71,14 @@ class WorkerSettings:
             problems.append("concurrency must be an integer from 1 to 10000")
         if not _count(self.max_attempts, 1, 1_000_000):
             problems.append("max_attempts must be an integer from 1 to 1000000")
-        for name in ("claim_ttl", "poll_interval", "backoff", "max_backoff", "grace"):
+        for name in (
+            "claim_ttl",
+            "poll_interval",
+            "backoff",
+            "max_backoff",
+            "grace",
+            "progress_retention",
+        ):
             if not _seconds(getattr(self, name)):
                 problems.append(f"{name} must be a positive number of seconds")
         if self.turn_timeout is not None and not _seconds(self.turn_timeout):
@@ -190,15 +202,21 @@ class Worker:
             await asyncio.wait(late)
 
     async def _heartbeat(self) -> None:
-        """One renewal for every claim this worker holds, every third of the claim's ttl."""
+        """One renewal for every claim this worker holds, every third of the claim's ttl; and
+        now and then, progress older than the retention window is pruned."""
+        loop = asyncio.get_running_loop()
+        next_prune = loop.time() + random.uniform(0, _PRUNE_EVERY)
         while True:
             await asyncio.sleep(self.settings.claim_ttl / 3)
-            if not self._running:
-                continue
             try:
-                await self.inbox.renew(self.worker_id, ttl=self.settings.claim_ttl)
+                if self._running:
+                    await self.inbox.renew(self.worker_id, ttl=self.settings.claim_ttl)
+                if loop.time() >= next_prune:
+                    next_prune = loop.time() + _PRUNE_EVERY
+                    retention = timedelta(seconds=self.settings.progress_retention)
+                    await self.inbox.prune_progress(older_than=datetime.now(UTC) - retention)
             except KernelError as exc:
-                log.warning("inbox claim renewal failed: [%s] %s", exc.code, exc.message)
+                log.warning("inbox upkeep failed: [%s] %s", exc.code, exc.message)
 
     async def _serve(self, request: InboxRequest) -> None:
         settings = self.settings
