@@ -102,9 +102,12 @@ class Inbox:
         committed without a request row, a ``done`` request at position 0."""
         validate_thread_id(thread_id)
         validate_turn_id(turn_id)
-        checked = _turns.validate_fingerprint(fingerprint)
-        if checked is None:
-            raise InvalidInputError("fingerprint is required", context={"field": "fingerprint"})
+        if not isinstance(fingerprint, str) or not fingerprint or len(fingerprint) > 256:
+            raise InvalidInputError(
+                "fingerprint must be a non-empty string of at most 256 characters",
+                context={"field": "fingerprint"},
+            )
+        checked = fingerprint
         if not isinstance(text, str):
             raise InvalidInputError("text must be a string", context={"field": "text"})
         if len(text.encode("utf-8", "surrogatepass")) > self.json_limits.max_bytes:
@@ -116,20 +119,12 @@ class Inbox:
             raise InvalidInputError(
                 "not_before must be a timezone-aware datetime", context={"field": "not_before"}
             )
-        if selection is not None and not isinstance(selection, Mapping):
-            raise InvalidInputError("selection must be a mapping", context={"field": "selection"})
-        if host_context is not None and not isinstance(host_context, Mapping):
-            raise InvalidInputError(
-                "host_context must be a mapping", context={"field": "host_context"}
-            )
-        try:
-            payload = encode_payload(selection, host_context)
-        except InvalidInputError as exc:
-            raise InvalidInputError(
-                "the request cannot be stored: selection and host_context must be JSON",
-                code=exc.code,
-                context={"field": "host_context", "reason": str(exc.code)},
-            ) from exc
+        for field, value in (("selection", selection), ("host_context", host_context)):
+            if value is not None and not isinstance(value, Mapping):
+                raise InvalidInputError(f"{field} must be a mapping", context={"field": field})
+            if value is not None:
+                codec.check(dict(value), limits=self.json_limits, what=field)
+        payload = encode_payload(selection, host_context)
         if len(payload.encode("utf-8")) > self.json_limits.max_bytes:
             raise InvalidInputError(
                 "the request is too large to store", context={"field": "request"}
@@ -241,7 +236,8 @@ class Inbox:
         validate_turn_id(turn_id)
         self._check_open()
         done = await self.storage.mark_done(thread_id, turn_id)
-        self.progressed.fire()
+        if done:
+            self.progressed.fire()
         return done
 
     # ---------------------------------------------------------------- operators

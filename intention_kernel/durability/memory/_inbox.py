@@ -153,17 +153,17 @@ class MemoryInbox:
         row = self.state.inbox.get((thread_id, turn_id))
         if row is None or not self._held(worker_id, row, now):
             return None
+        row.update(claimed_by=None, claimed_until=None, error_code=error_code, error=error)
         if self._committed(thread_id, turn_id):
-            row.update(state=RequestState.DONE, finished_at=now)
+            row.update(state=RequestState.DONE, finished_at=now, error_code=None, error=None)
         elif retry_in is None:
             row.update(state=RequestState.DEAD, finished_at=now)
         else:
             row.update(state=RequestState.PENDING, not_before=now + timedelta(seconds=retry_in))
-        row.update(claimed_by=None, claimed_until=None, error_code=error_code, error=error)
         return decode_request(row)
 
     async def mark_done(self, thread_id: str, turn_id: str) -> bool:
-        if not self._committed(thread_id, turn_id):
+        if not self._committed(thread_id, turn_id) or (thread_id, turn_id) not in self.state.inbox:
             return False
         mark_done(self.state, thread_id, turn_id, self.clock())
         return True
@@ -251,7 +251,9 @@ class MemoryInbox:
     async def prune_progress(self, older_than: datetime) -> int:
         removed = 0
         for key, entries in list(self.state.progress.items()):
-            kept = [e for e in entries if e[2] >= older_than]
+            # The newest entry of a turn that has not committed stays (its seq goes on).
+            last = entries[-1][0] if key not in self.state.turns else None
+            kept = [e for e in entries if e[2] >= older_than or e[0] == last]
             removed += len(entries) - len(kept)
             if kept:
                 self.state.progress[key] = kept

@@ -152,4 +152,11 @@ SELECT max(seq) AS seq FROM written"""
         self.read_progress = f"""
 SELECT seq, item FROM {p} WHERE thread_id = $1 AND turn_id = $2 AND seq > $3
 ORDER BY seq LIMIT $4"""
-        self.prune_progress = f"DELETE FROM {p} WHERE written_at < $1 AND {_SYNC_OFF}"
+        # The newest entry of a turn that has not committed stays: its ``seq`` goes on from
+        # there, so a watcher's cursor never points past a renumbered log.
+        self.prune_progress = f"""
+DELETE FROM {p} AS g WHERE g.written_at < $1 AND {_SYNC_OFF}
+    AND (EXISTS (SELECT 1 FROM {q}.turns t WHERE t.thread_id = g.thread_id
+                 AND t.turn_id = g.turn_id)
+         OR g.seq < (SELECT max(n.seq) FROM {p} n WHERE n.thread_id = g.thread_id
+                     AND n.turn_id = g.turn_id))"""

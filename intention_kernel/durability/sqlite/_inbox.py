@@ -57,6 +57,17 @@ _CLAIMABLE = (
 )
 
 
+_PRUNE_PROGRESS = (
+    # The newest entry of a turn that has not committed stays: its ``seq`` goes on from there,
+    # so a watcher's cursor never points past a renumbered log.
+    "DELETE FROM ik_progress AS g WHERE g.written_at < ?"
+    " AND (EXISTS (SELECT 1 FROM ik_turns AS t WHERE t.thread_id = g.thread_id"
+    "  AND t.turn_id = g.turn_id)"
+    " OR g.seq < (SELECT max(n.seq) FROM ik_progress AS n WHERE n.thread_id = g.thread_id"
+    "  AND n.turn_id = g.turn_id))"
+)
+
+
 def iso(moment: datetime) -> str:
     """A time as stored: UTC, microseconds always written (fixed width, so text order is time
     order)."""
@@ -364,9 +375,7 @@ class SQLiteInbox:
     async def prune_progress(self, older_than: datetime) -> int:
         cutoff = iso(older_than)
         return await self._db.write(
-            lambda conn: (
-                conn.execute("DELETE FROM ik_progress WHERE written_at < ?", (cutoff,)).rowcount
-            ),
+            lambda conn: conn.execute(_PRUNE_PROGRESS, (cutoff,)).rowcount,
             what="progress prune",
         )
 

@@ -2,7 +2,8 @@
 
 ``TurnConformance`` holds a store's ``TurnStorage`` to rules 1-7 (with cancellation and
 misuse); ``HistoryConformance`` its reads and reconciliation; ``InspectionConformance`` the
-operator queries; ``OutboxSourceConformance`` (``.outbox``) the relay's source.
+operator queries; ``OutboxSourceConformance`` (``.outbox``) the relay's source;
+``InboxConformance`` (``.inbox``) the turn inbox's ``InboxStorage``.
 ``DurabilityConformance`` is all of them plus the cross-role tests (poison data, the public
 face, the stateful model). A test needing a role the harness's store lacks (``roles``) is
 skipped with that role's name.
