@@ -136,10 +136,15 @@ def _provider_main(
     async def main() -> None:
         state: dict[str, Any] = {"conn": None}
         stop = asyncio.Event()
+        one_at_a_time = asyncio.Lock()  # calls arrive concurrently; the connection is one
 
         async def seen(thread_id: str, key: str) -> tuple[str | None, str | None] | None:
             """``(status, receipt id)`` of the key's receipt; ``None`` if it cannot be read."""
             await asyncio.sleep(check_delay)
+            async with one_at_a_time:
+                return await read(thread_id, key)
+
+        async def read(thread_id: str, key: str) -> tuple[str | None, str | None] | None:
             for _ in range(100):  # keep checking while the server restarts
                 try:
                     if state["conn"] is None or state["conn"].is_closed():
@@ -152,6 +157,8 @@ def _provider_main(
                     )
                     return (None, None) if row is None else (row["status"], row["id"])
                 except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+                    if state["conn"] is not None:
+                        state["conn"].terminate()
                     state["conn"] = None
                     await asyncio.sleep(0.2)
             return None
@@ -176,7 +183,8 @@ def _provider_main(
                     )
                 checked[0] += 1
                 writer.write(b"ok")
-            await writer.drain()
+            with contextlib.suppress(ConnectionError):  # the caller was killed mid-call
+                await writer.drain()
             writer.close()
 
         server = await asyncio.start_unix_server(handle, path)
