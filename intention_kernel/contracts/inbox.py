@@ -91,6 +91,8 @@ class InboxRequest:
     error_code: str | None = None
     error: str | None = None
     operator_log: tuple[OperatorAction, ...] = ()
+    traceparent: str | None = None
+    """The submitter's W3C trace context: the worker's turn continues that trace."""
 
     @property
     def key(self) -> tuple[str, str]:
@@ -153,6 +155,7 @@ class TurnInbox(Protocol):
         selection: Mapping[str, Any] | None = None,
         host_context: Mapping[str, Any] | None = None,
         not_before: datetime | None = None,
+        traceparent: str | None = None,
     ) -> InboxRequest: ...
 
     async def get(self, thread_id: str, turn_id: str) -> InboxRequest | None: ...

@@ -96,6 +96,7 @@ class Inbox:
         selection: Mapping[str, Any] | None = None,
         host_context: Mapping[str, Any] | None = None,
         not_before: datetime | None = None,
+        traceparent: str | None = None,
     ) -> InboxRequest:
         """Record a turn request (idempotent on its ids); ``TURN_ID_REUSED`` if the id was
         submitted or committed with another request. Returns what is stored: for a turn that
@@ -124,7 +125,14 @@ class Inbox:
                 raise InvalidInputError(f"{field} must be a mapping", context={"field": field})
             if value is not None:
                 codec.check(dict(value), limits=self.json_limits, what=field)
-        payload = encode_payload(selection, host_context)
+        if traceparent is not None and (
+            not isinstance(traceparent, str) or not 0 < len(traceparent) <= 256
+        ):
+            raise InvalidInputError(
+                "traceparent must be text of at most 256 characters",
+                context={"field": "traceparent"},
+            )
+        payload = encode_payload(selection, host_context, traceparent)
         if len(payload.encode("utf-8")) > self.json_limits.max_bytes:
             raise InvalidInputError(
                 "the request is too large to store", context={"field": "request"}

@@ -49,16 +49,18 @@ CORRUPT_REQUEST = "the stored request cannot be read back"
 
 
 def encode_payload(
-    selection: Mapping[str, Any] | None, host_context: Mapping[str, Any] | None
+    selection: Mapping[str, Any] | None,
+    host_context: Mapping[str, Any] | None,
+    traceparent: str | None = None,
 ) -> str:
     """The stored JSON of what a request carries besides its text."""
-    return codec.encode(
-        {
-            "selection": None if selection is None else dict(selection),
-            "host_context": None if host_context is None else dict(host_context),
-        },
-        what="turn request",
-    )
+    payload: dict[str, Any] = {
+        "selection": None if selection is None else dict(selection),
+        "host_context": None if host_context is None else dict(host_context),
+    }
+    if traceparent is not None:
+        payload["traceparent"] = traceparent
+    return codec.encode(payload, what="turn request")
 
 
 def encode_log(actions: Sequence[OperatorAction]) -> str:
@@ -113,6 +115,11 @@ def _log(text: Any) -> tuple[OperatorAction, ...]:
     )
 
 
+def _traceparent(value: Any) -> str | None:
+    """A stored trace context is advisory: anything but short text is dropped, not an error."""
+    return value if isinstance(value, str) and 0 < len(value) <= 256 else None
+
+
 def decode_request(row: Mapping[str, Any]) -> InboxRequest:
     """The request a stored row holds, or ``CheckpointCorruptError`` naming it."""
     thread_id, turn_id = row["thread_id"], row["turn_id"]
@@ -142,6 +149,7 @@ def decode_request(row: Mapping[str, Any]) -> InboxRequest:
             error_code=row["error_code"],
             error=row["error"],
             operator_log=_log(row["operator_log"]),
+            traceparent=_traceparent(payload.get("traceparent")),
         )
     except (SerializationError, ValueError, KeyError, TypeError) as exc:
         raise CheckpointCorruptError(

@@ -1,15 +1,16 @@
 """``create_app``: the HTTP service of one compiled agent, as a Starlette application.
 
 The route table and the settings' checks; the routes themselves are in ``_post_turn`` (running
-a turn) and ``_read_routes`` (reads and probes), what they share in ``_service``. Every error
-is an RFC 9457 problem document.
+or submitting a turn), ``_turn_routes`` (a turn's state and events) and ``_read_routes``
+(reads and probes), what they share in ``_service``. Every error is an RFC 9457 problem
+document. The application's lifespan starts the in-process workers and drains them.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
-from typing import cast
+from typing import Any, cast
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -26,6 +27,7 @@ from ._post_turn import post_turn
 from ._problems import HttpProblem, problem_for, problem_response
 from ._read_routes import get_thread, healthz, list_turns, openapi, readyz
 from ._service import SERVICE_STATE, Service
+from ._turn_routes import get_turn, turn_events
 
 __all__ = ["create_app"]
 
@@ -89,6 +91,9 @@ def create_app(
     inspector: bool = False,
     session_secret: bytes | str | None = None,
     provider_key: Callable[[EffectReceipt], str | None] | None = None,
+    busy: str = "enqueue",
+    workers: int = 1,
+    worker_settings: Mapping[str, Any] | None = None,
 ) -> Starlette:
     """The HTTP service of ``agent`` (see ``docs/http.md``).
 
@@ -102,6 +107,13 @@ def create_app(
     form's cookie;
     ``provider_key(receipt)`` shows the key to look a write up at the provider, by default
     the agent's own from ``Kernel.compile(..., provider_key=)``; see ``docs/inspector.md``).
+
+    When the agent's store has a turn inbox, a turn is submitted and followed to its commit
+    (a client that disconnects cancels nothing) and ``workers`` in-process workers
+    (``CompiledAgent.worker`` with ``worker_settings``; 0: none) run submitted turns during
+    the application's lifespan. ``busy`` is the policy for a thread with a turn in progress:
+    ``enqueue`` (run after it), ``reject`` (409 ``THREAD_BUSY``) or ``wait`` (run the turn
+    directly in the request, waiting for the thread's lease).
     """
     if not isinstance(agent, CompiledAgent):
         raise ConfigurationError("create_app serves a CompiledAgent", context={"setting": "agent"})
@@ -132,10 +144,14 @@ def create_app(
         max_body_bytes,
         turn_timeout,
         shutdown_grace,
+        busy=busy,
+        workers=workers,
+        worker_settings=dict(worker_settings or {}),
     )
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        service.start()
         yield
         await service.begin_shutdown()  # a server that did not say it stops: drain now
 
@@ -166,6 +182,12 @@ def create_app(
             *mounted,
             Route("/v1/threads/{thread_id}/turns", _guarded(post_turn), methods=["POST"]),
             Route("/v1/threads/{thread_id}/turns", _guarded(list_turns), methods=["GET"]),
+            Route("/v1/threads/{thread_id}/turns/{turn_id}", _guarded(get_turn), methods=["GET"]),
+            Route(
+                "/v1/threads/{thread_id}/turns/{turn_id}/events",
+                _guarded(turn_events),
+                methods=["GET"],
+            ),
             Route("/v1/threads/{thread_id}", _guarded(get_thread), methods=["GET"]),
             Route("/healthz", _guarded(healthz), methods=["GET"]),
             Route("/readyz", _guarded(readyz), methods=["GET"]),

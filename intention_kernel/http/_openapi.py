@@ -9,14 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..__version__ import __version__
+from ._openapi_schemas import SCHEMAS as _SCHEMAS
+from ._openapi_schemas import ref as _ref
 
 __all__ = ["openapi_document"]
-
-_REF = "#/components/schemas/"
-
-
-def _ref(name: str) -> dict[str, str]:
-    return {"$ref": _REF + name}
 
 
 def _problem(description: str) -> dict[str, Any]:
@@ -44,142 +40,23 @@ _THREAD = {
 }
 _BEARER: list[dict[str, list[str]]] = [{"bearer": []}]
 _RETRY_AFTER = {"Retry-After": {"schema": {"type": "integer"}}}
-
-_SCHEMAS: dict[str, Any] = {
-    "Problem": {
-        "type": "object",
-        "required": ["type", "title", "status", "detail", "code", "retryable"],
-        "properties": {
-            "type": {"type": "string", "format": "uri"},
-            "title": {"type": "string"},
-            "status": {"type": "integer"},
-            "detail": {"type": "string"},
-            "code": {"type": "string"},
-            "retryable": {"type": "boolean"},
-            "instance": {"type": "string"},
-        },
-    },
-    "TurnRequest": {
-        "type": "object",
-        "additionalProperties": False,
-        "properties": {
-            "text": {"type": "string", "default": ""},
-            "selection": {
-                "type": ["object", "null"],
-                "description": 'a button press: {"interaction_id": ..., "option": ...}',
-            },
-        },
-    },
-    "Step": {
-        "type": "object",
-        "required": ["step_id", "capability_id", "status"],
-        "properties": {
-            "step_id": {"type": "string"},
-            "capability_id": {"type": "string"},
-            "status": {"type": "string"},
-            "reason": {"type": ["string", "null"]},
-            "artifacts": {"type": "object"},
-            "retryable": {
-                "type": "boolean",
-                "description": "on a failed step that raised or timed out: may asking again help",
-            },
-        },
-    },
-    "Response": {
-        "type": "object",
-        "required": ["text", "kind", "citations", "steps"],
-        "properties": {
-            "text": {"type": "string"},
-            "kind": {"enum": ["answer", "clarification", "fallback"]},
-            "citations": {"type": "array", "items": {"type": "string"}},
-            "steps": {"type": "array", "items": _ref("Step")},
-        },
-    },
-    "Interaction": {
-        "type": "object",
-        "required": ["id", "kind", "prompt", "options"],
-        "properties": {
-            "id": {"type": "string"},
-            "kind": {"type": "string"},
-            "prompt": {"type": "string"},
-            "options": {"type": "array", "items": {"type": "string"}},
-        },
-    },
-    "CheckpointSummary": {
-        "type": "object",
-        "required": ["revision"],
-        "properties": {
-            "revision": {"type": "integer"},
-            "schema_version": {"type": "integer"},
-            "agent_fingerprint": {"type": "string"},
-            "messages": {"type": "integer"},
-            "omitted_messages": {"type": "integer"},
-            "facts": {"type": "array", "items": {"type": "object"}},
-            "agenda": {"type": "array", "items": {"type": "object"}},
-            "receipts": {"type": "array", "items": {"type": "object"}},
-        },
-    },
-    "TurnResult": {
-        "type": "object",
-        "required": ["thread_id", "turn_id", "replayed", "response", "interaction", "checkpoint"],
-        "properties": {
-            "thread_id": {"type": "string"},
-            "turn_id": {"type": "string"},
-            "replayed": {"type": "boolean"},
-            "response": _ref("Response"),
-            "interaction": {"oneOf": [_ref("Interaction"), {"type": "null"}]},
-            "checkpoint": _ref("CheckpointSummary"),
-        },
-    },
-    "Thread": {
-        "type": "object",
-        "required": ["thread_id", "checkpoint", "interaction"],
-        "properties": {
-            "thread_id": {"type": "string"},
-            "checkpoint": {"oneOf": [_ref("CheckpointSummary"), {"type": "null"}]},
-            "interaction": {"oneOf": [_ref("Interaction"), {"type": "null"}]},
-        },
-    },
-    "TurnPage": {
-        "type": "object",
-        "required": ["turns", "next"],
-        "properties": {
-            "turns": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "required": ["turn_id", "revision", "trace_id", "input", "answer", "response"],
-                    "properties": {
-                        "turn_id": {"type": "string"},
-                        "revision": {"type": "integer"},
-                        "trace_id": {"type": "string"},
-                        "input": {
-                            "type": ["string", "null"],
-                            "description": "what the user said; for a button press, what was"
-                            " chosen (e.g. 'accepted: Please confirm: ...')",
-                        },
-                        "answer": {
-                            "type": ["object", "null"],
-                            "description": "the answer the turn gave to an interaction",
-                            "properties": {
-                                "decision": {"type": "string"},
-                                "option": {"type": "string"},
-                                "via": {"type": "string", "enum": ["selection", "text"]},
-                                "actor": {"type": ["string", "null"]},
-                                "answered_at": {"type": "string"},
-                                "question": {"type": "string"},
-                                "interaction_id": {"type": "string"},
-                                "capability_id": {"type": "string"},
-                            },
-                        },
-                        "response": _ref("Response"),
-                    },
-                },
-            },
-            "next": {"type": ["integer", "null"], "description": "pass as after="},
-        },
-    },
-    "Status": {"type": "object", "properties": {"status": {"type": "string"}}},
+_TURN = {
+    "name": "turn_id",
+    "in": "path",
+    "required": True,
+    "description": "the Idempotency-Key the turn was posted with",
+    "schema": {"type": "string", "maxLength": 256},
+}
+_LAST_EVENT_ID = {
+    "name": "Last-Event-ID",
+    "in": "header",
+    "description": "rejoin after this event (the id of the last event received)",
+    "schema": {"type": "string", "maxLength": 64},
+}
+_EVENTS = {
+    "description": "server-sent events (id: the cursor to rejoin after), ending in"
+    " turn.completed or error",
+    "content": {"text/event-stream": {"schema": {"type": "string"}}},
 }
 
 
@@ -189,10 +66,16 @@ def openapi_document() -> dict[str, Any]:
         "400": _problem("INVALID_JSON, IDEMPOTENCY_KEY_REQUIRED, INVALID_THREAD_ID, ..."),
         "401": _problem("UNAUTHENTICATED"),
         "403": _problem("FORBIDDEN"),
-        "409": _problem("TURN_ID_REUSED: the key was used with another body"),
+        "409": {
+            **_problem(
+                "TURN_ID_REUSED: the key was used with another body; THREAD_BUSY (busy=reject):"
+                " the thread has a turn in progress or waiting"
+            ),
+            "headers": _RETRY_AFTER,
+        },
         "413": _problem("PAYLOAD_TOO_LARGE"),
         "422": _problem("INVALID_INPUT, INVALID_TEXT, INVALID_SELECTION"),
-        "500": _problem("INTERNAL"),
+        "500": _problem("INTERNAL, REQUEST_DEAD: a dead turn request"),
         "502": _problem("MODEL_GATEWAY_FAILED: the model provider's answer is final"),
         "503": {
             **_problem(
@@ -230,6 +113,18 @@ def openapi_document() -> dict[str, Any]:
                             "description": "the turn id: the same on every retry",
                             "schema": {"type": "string", "maxLength": 256},
                         },
+                        {
+                            "name": "Prefer",
+                            "in": "header",
+                            "description": "respond-async: answer 202 once the turn is"
+                            " submitted, without waiting for it",
+                            "schema": {"type": "string"},
+                        },
+                        {
+                            **_LAST_EVENT_ID,
+                            "description": "with Accept: text/event-stream, rejoin the turn's"
+                            " events after this one",
+                        },
                     ],
                     "requestBody": {
                         "required": True,
@@ -250,6 +145,18 @@ def openapi_document() -> dict[str, Any]:
                                 "text/event-stream": {"schema": {"type": "string"}},
                             },
                         },
+                        "202": {
+                            "description": "Prefer: respond-async: the turn is submitted and"
+                            " runs without this request; Location names its state",
+                            "headers": {
+                                "Location": {"schema": {"type": "string"}},
+                                "Preference-Applied": {"schema": {"type": "string"}},
+                                "Idempotent-Replayed": {
+                                    "schema": {"type": "string", "enum": ["true", "false"]}
+                                },
+                            },
+                            "content": {"application/json": {"schema": _ref("TurnStatus")}},
+                        },
                         **turn_errors,
                     },
                 },
@@ -268,6 +175,41 @@ def openapi_document() -> dict[str, Any]:
                     ],
                     "responses": {"200": _json("a page of turns", "TurnPage"), **read_errors},
                 },
+            },
+            "/v1/threads/{thread_id}/turns/{turn_id}": {
+                "get": {
+                    "operationId": "getTurn",
+                    "summary": "A turn's state and, once committed, its result",
+                    "security": _BEARER,
+                    "parameters": [_THREAD, _TURN],
+                    "responses": {
+                        "200": _json("the turn", "TurnStatus"),
+                        **read_errors,
+                        "404": _problem("REQUEST_NOT_FOUND: neither submitted nor committed"),
+                    },
+                }
+            },
+            "/v1/threads/{thread_id}/turns/{turn_id}/events": {
+                "get": {
+                    "operationId": "turnEvents",
+                    "summary": "A turn's progress and result as server-sent events, from any"
+                    " instance; Last-Event-ID rejoins",
+                    "security": _BEARER,
+                    "parameters": [
+                        _THREAD,
+                        _TURN,
+                        _LAST_EVENT_ID,
+                        {"name": "after", "in": "query", "schema": {"type": "string"}},
+                    ],
+                    "responses": {
+                        "200": _EVENTS,
+                        **read_errors,
+                        "400": _problem("INVALID_CURSOR: the event id is not one of this turn's"),
+                        "404": _problem("REQUEST_NOT_FOUND: neither submitted nor committed"),
+                        "501": _problem("NOT_SUPPORTED: the store keeps no turn inbox"),
+                        "503": {**_problem("SHUTTING_DOWN"), "headers": _RETRY_AFTER},
+                    },
+                }
             },
             "/v1/threads/{thread_id}": {
                 "get": {

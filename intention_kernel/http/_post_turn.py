@@ -1,5 +1,9 @@
 """``POST /v1/threads/{thread_id}/turns``: run the turn once, replay it, or stream it.
 
+With a turn inbox (and the ``enqueue`` or ``reject`` busy policy) the turn is submitted and
+followed (``_submitted``); with ``busy="wait"``, or a store without an inbox, it runs here, in
+this request's task, as below.
+
 Why the ``Idempotency-Key`` is the turn id: it is HTTP's way to say "do this once even if I
 send it twice", and the kernel already promises exactly that for a repeated turn id. So a
 retried request replays the committed turn (``Idempotent-Replayed: true``) and runs nothing;
@@ -12,22 +16,23 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from typing import Any, cast
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import Response, StreamingResponse
 
 from ..contracts.errors import ErrorCode
 from ..contracts.ids import validate_turn_id
-from ..kernel import StreamItem, TurnCompleted, TurnResult
+from ..kernel import StreamItem, TurnCompleted
 from ..telemetry import continued_trace
 from ._problems import HttpProblem, problem_for
 from ._running import wait_out
 from ._service import Service, _shutting_down
 from ._sse import encode_event, encode_item
-from ._turns import turn_body
+from ._submitted import answer, refuse_if_busy, submit_turn
 
 __all__ = ["post_turn"]
 
@@ -47,13 +52,6 @@ def _fingerprint(body: dict[str, Any]) -> str:
         {"text": body.get("text", ""), "selection": body.get("selection")},
         sort_keys=True,
         separators=(",", ":"),
-    )
-
-
-def _answer(result: TurnResult, replayed: bool) -> JSONResponse:
-    return JSONResponse(
-        turn_body(result, replayed),
-        headers={"Idempotent-Replayed": "true" if replayed else "false"},
     )
 
 
@@ -78,10 +76,16 @@ async def post_turn(service: Service, request: Request) -> Response:
         "turn_id": turn_id,
         "text": text,
         "selection": selection,
-        "host_context": {"actor": principal.id},
+        "host_context": {"actor": principal.id, "request_id": uuid.uuid4().hex},
         "timeout": service.turn_timeout,
     }
-    if "text/event-stream" in request.headers.get("accept", ""):
+    stream = "text/event-stream" in request.headers.get("accept", "")
+    if service.submits:
+        with continued_trace(request.headers):  # kept with the request: the worker continues it
+            return await submit_turn(service, request, arguments, stream)
+    if service.busy == "reject" and not service.turns.in_flight((thread_id, turn_id)):
+        await refuse_if_busy(service, thread_id, turn_id)
+    if stream:
         return await _stream(service, request, arguments)
     fingerprint = _fingerprint(body)
     with continued_trace(request.headers):  # the turn's task runs in the caller's trace
@@ -102,7 +106,7 @@ async def post_turn(service: Service, request: Request) -> Response:
     if error is not None:
         raise error
     result = task.result()
-    return _answer(result, joined or result.replayed)
+    return answer(result, joined or result.replayed)
 
 
 async def _stream(service: Service, request: Request, arguments: dict[str, Any]) -> Response:

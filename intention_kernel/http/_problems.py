@@ -7,7 +7,9 @@ and answered as ``INTERNAL`` with no detail, so no traceback or internal text re
 A ``ModelGatewayError``'s message is the exception: it quotes the provider and names the
 service's configuration (the key's environment variable), which is the operator's business, so
 it is logged and the client gets a fixed text, 502 when the provider's answer is final and 503
-with the provider's ``Retry-After`` when it may pass.
+with the provider's ``Retry-After`` when it may pass. A dead turn request (its worker gave up) is
+answered as the failure that killed it, never retryable with the same key: only an operator's
+retry runs it again.
 """
 
 from __future__ import annotations
@@ -34,8 +36,10 @@ from ..contracts.errors import (
 __all__ = [
     "PROBLEM_TYPE",
     "HttpProblem",
+    "dead_problem",
     "problem_for",
     "problem_response",
+    "safe_error",
 ]
 
 logger = logging.getLogger("intention_kernel.http")
@@ -59,6 +63,7 @@ _TITLES = {
     415: "Unsupported media type",
     422: "Unprocessable content",
     500: "Internal error",
+    501: "Not implemented",
     502: "Bad gateway",
     503: "Service unavailable",
 }
@@ -77,6 +82,27 @@ _UNAVAILABLE = {
     ErrorCode.STORE_UNAVAILABLE,
     ErrorCode.SCOPE_CLOSED,
 }
+# Codes of requests a kernel refuses as they are: a dead request with one is answered 422.
+_REFUSED_INPUT = {
+    ErrorCode.INVALID_INPUT,
+    ErrorCode.INVALID_TEXT,
+    ErrorCode.INVALID_SELECTION,
+    ErrorCode.NOT_SERIALIZABLE,
+    ErrorCode.NON_FINITE_NUMBER,
+    ErrorCode.VALUE_TOO_DEEP,
+    ErrorCode.INTEGER_OUT_OF_RANGE,
+    ErrorCode.PAYLOAD_TOO_LARGE,
+    ErrorCode.INTERACTION_NOT_ACTIVE,
+    ErrorCode.INTERACTION_OPTION_UNKNOWN,
+}
+# Codes that are retried while attempts remain: a request dead of one ran out of them.
+_RETRIED = {
+    *_UNAVAILABLE,
+    ErrorCode.STORE_ERROR,
+    ErrorCode.TURN_TIMEOUT,
+    ErrorCode.EFFECT_UNCERTAIN,
+}
+_DEAD = "the turn request is dead: only an operator's retry runs it again"
 
 
 class HttpProblem(Exception):
@@ -139,6 +165,15 @@ def _from_kernel(exc: KernelError) -> HttpProblem:
             f"{RETRY_SAME_KEY} to get its result (nothing runs twice)",
             retryable=True,
         )
+    if code == ErrorCode.INVALID_CURSOR:
+        return HttpProblem(400, str(code), exc.message, extra=extra)
+    if code == ErrorCode.REQUEST_NOT_FOUND:
+        return HttpProblem(404, str(code), "no such turn: it was neither submitted nor committed")
+    if code == ErrorCode.REQUEST_DEAD:
+        error_code = exc.context.get("error_code")
+        return dead_problem(error_code if isinstance(error_code, str) else None, None)
+    if code == ErrorCode.NOT_SUPPORTED:
+        return HttpProblem(501, str(code), exc.message)
     if isinstance(exc, InvalidIdError):
         return HttpProblem(400, str(code), exc.message, extra=extra)
     if isinstance(exc, InvalidInputError):
@@ -198,6 +233,39 @@ def _retry_after_seconds(asked: object) -> int:
     if isinstance(asked, bool) or not isinstance(asked, int | float) or not math.isfinite(asked):
         return RETRY_AFTER_SECONDS
     return max(RETRY_AFTER_SECONDS, math.ceil(asked))
+
+
+def safe_error(error_code: str | None, error: str | None) -> str | None:
+    """What a client may read of a request's stored failure: a kernel's message is safe, a
+    model provider's words and an unexpected error's name are the operator's business."""
+    if error is None or error_code in (str(ErrorCode.MODEL_GATEWAY_FAILED), "INTERNAL"):
+        return None
+    return error
+
+
+def dead_problem(
+    error_code: str | None, error: str | None, attempts: int | None = None
+) -> HttpProblem:
+    """The answer for a dead turn request: the failure that killed it (502 for a model
+    provider, 409 for a conflict, 422 for a refused request), or 500 ``REQUEST_DEAD`` when it
+    ran out of attempts on a failure that is retried (or has none); never ``retryable``."""
+    extra: dict[str, Any] = {"state": "dead", "error_code": error_code}
+    if attempts is not None:
+        extra["attempts"] = attempts
+    said = safe_error(error_code, error)
+    detail = f"{_DEAD} ({said})" if said else _DEAD
+    if error_code == ErrorCode.MODEL_GATEWAY_FAILED:
+        return HttpProblem(
+            502, error_code, f"the model provider refused this turn; {_DEAD}", extra=extra
+        )
+    if error_code in _CONFLICT:
+        return HttpProblem(409, str(error_code), detail, extra=extra)
+    if error_code in _REFUSED_INPUT:
+        return HttpProblem(422, str(error_code), detail, extra=extra)
+    if error_code == "INTERNAL":
+        return HttpProblem(500, "INTERNAL", f"an unexpected error occurred; {_DEAD}", extra=extra)
+    known = error_code in ErrorCode.__members__ and error_code not in _RETRIED
+    return HttpProblem(500, str(error_code) if known else "REQUEST_DEAD", detail, extra=extra)
 
 
 def problem_for(exc: BaseException) -> HttpProblem:

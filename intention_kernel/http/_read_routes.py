@@ -79,7 +79,8 @@ async def readyz(service: Service, request: Request) -> Response:
         code = getattr(exc, "code", "STORE_UNAVAILABLE")
         logger.warning("readiness: the store did not answer (%s)", type(exc).__name__)
         raise HttpProblem(503, str(code), "the store does not answer", retryable=True) from None
-    return JSONResponse({"status": "ready", "running_turns": len(service.turns)})
+    running = len(service.turns) + service.workers.running
+    return JSONResponse({"status": "ready", "running_turns": running})
 
 
 async def openapi(service: Service, request: Request) -> Response:

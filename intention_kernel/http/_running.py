@@ -1,4 +1,5 @@
-"""The turns this process is running: shared by duplicate requests, drained at shutdown.
+"""The turns this process is running or following: shared by duplicate requests, drained at
+shutdown.
 
 Why share in-process: a client that retries before its first request was answered (a flaky
 mobile network) would otherwise wait on the thread's lease and maybe time out on it; here the
@@ -8,14 +9,20 @@ committed turn replays), so any instance may serve any thread.
 
 Why drain: at shutdown running turns get ``grace`` seconds to commit, then are cancelled, which
 follows the cancellation rules (started storage work finishes, an interrupted write is
-``uncertain``); the client is told to deliver the same ``Idempotency-Key`` again.
+``uncertain``); the client is told to deliver the same ``Idempotency-Key`` again. A request that
+follows a submitted turn (``follow``) is drained the same way, next to the in-process workers:
+the turn itself does not depend on it.
+
+Why deliveries are counted: with the ``reject`` policy a request checks that its thread is free,
+then submits; another turn of the thread being checked or submitted in this process meanwhile
+makes the thread busy.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Coroutine
+from collections.abc import Collection, Coroutine, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -40,6 +47,8 @@ class RunningTurns:
     def __init__(self) -> None:
         self._flights: dict[tuple[str, str], Flight] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._followers: set[asyncio.Task[Any]] = set()
+        self._deliveries: dict[tuple[str, str], int] = {}
         self._drain: asyncio.Task[None] | None = None
 
     @property
@@ -47,7 +56,42 @@ class RunningTurns:
         return self._drain is not None
 
     def __len__(self) -> int:
+        """Turns run here directly (and their streams): not the requests following one."""
         return len(self._tasks)
+
+    def thread_busy(self, thread_id: str, turn_id: str) -> bool:
+        """Whether this process runs another turn of the thread directly, or is submitting
+        another request of it."""
+        return any(
+            thread == thread_id and turn != turn_id
+            for thread, turn in (*self._flights, *self._deliveries)
+        )
+
+    def in_flight(self, key: tuple[str, str]) -> bool:
+        """Whether this process runs the turn ``key`` directly now."""
+        flight = self._flights.get(key)
+        return flight is not None and not flight.task.done()
+
+    @contextlib.contextmanager
+    def delivering(self, key: tuple[str, str]) -> Iterator[None]:
+        """Count a delivery of ``key`` while it checks its thread and submits."""
+        self._deliveries[key] = self._deliveries.get(key, 0) + 1
+        try:
+            yield
+        finally:
+            left = self._deliveries[key] - 1
+            if left:
+                self._deliveries[key] = left
+            else:
+                del self._deliveries[key]
+
+    def follow(self, work: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        """Run ``work`` (a request following a submitted turn) as a task the drain waits for,
+        and cancels after the grace."""
+        task = asyncio.get_running_loop().create_task(work)
+        self._followers.add(task)
+        task.add_done_callback(self._followers.discard)
+        return task
 
     def join_or_start(
         self,
@@ -77,16 +121,20 @@ class RunningTurns:
         if self._flights.get(key) is flight:
             del self._flights[key]
 
-    def drain(self, grace: float) -> asyncio.Task[None]:
-        """Start draining (new turns are refused from now on); the same task when called again."""
+    def drain(
+        self, grace: float, workers: Collection[asyncio.Task[Any]] = ()
+    ) -> asyncio.Task[None]:
+        """Start draining (new turns are refused from now on); the same task when called again.
+        ``workers`` (already told to stop) are waited for and cancelled with the turns."""
         if self._drain is None:
-            self._drain = asyncio.get_running_loop().create_task(self._drained(grace))
+            self._drain = asyncio.get_running_loop().create_task(self._drained(grace, set(workers)))
         return self._drain
 
-    async def _drained(self, grace: float) -> None:
-        if self._tasks:
-            await asyncio.wait(set(self._tasks), timeout=max(0.0, grace))
-        late = [task for task in self._tasks if not task.done()]
+    async def _drained(self, grace: float, workers: set[asyncio.Task[Any]]) -> None:
+        tasks = {*self._tasks, *self._followers, *workers}
+        if tasks:
+            await asyncio.wait(tasks, timeout=max(0.0, grace))
+        late = [task for task in {*self._tasks, *self._followers, *workers} if not task.done()]
         for task in late:
             task.cancel()
         for task in late:

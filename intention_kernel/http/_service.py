@@ -1,6 +1,6 @@
-"""``Service``: what the HTTP routes share (the agent, the store for reads, auth, limits and the
-running turns), and the checks every route makes of a request (the caller, the thread, the
-body)."""
+"""``Service``: what the HTTP routes share (the agent, the store for reads, auth, limits, the
+running turns, the turn inbox and its in-process workers, the busy-thread policy), and the
+checks every route makes of a request (the caller, the thread, the body)."""
 
 from __future__ import annotations
 
@@ -11,19 +11,29 @@ from typing import Any
 from starlette.requests import ClientDisconnect, Request
 
 from ..contracts.durability import DurabilityStore
-from ..contracts.errors import ErrorCode
+from ..contracts.errors import ConfigurationError, ErrorCode
 from ..contracts.ids import validate_thread_id
+from ..contracts.inbox import TurnInbox
 from ..kernel import CompiledAgent
 from ._auth import Authenticator, Authorizer, Principal, resolve
 from ._problems import RETRY_SAME_KEY, HttpProblem
 from ._running import RunningTurns
+from ._workers import InProcessWorkers, inbox_of
 
-__all__ = ["SERVICE_STATE", "Service"]
+__all__ = ["BUSY_POLICIES", "SERVICE_STATE", "Service"]
 
 SERVICE_STATE = "intention_kernel"
 """``app.state.intention_kernel`` holds the ``Service`` (the server's shutdown hook uses it)."""
 
 _ANONYMOUS = Principal("anonymous")
+
+BUSY_POLICIES = ("enqueue", "reject", "wait")
+"""What a turn for a busy thread does: queue behind it (submitted turns run in arrival order),
+be refused at once (409 ``THREAD_BUSY``), or run directly, waiting for the thread's lease."""
+
+WATCH_POLL = 0.25
+"""How often a request following a turn looks at the store (others' progress, other
+processes' commits); this process's own commits and progress wake it at once."""
 
 
 def _shutting_down() -> HttpProblem:
@@ -47,7 +57,15 @@ class Service:
         max_body_bytes: int,
         turn_timeout: float | None,
         shutdown_grace: float,
+        *,
+        busy: str = "enqueue",
+        workers: int = 1,
+        worker_settings: dict[str, Any] | None = None,
     ) -> None:
+        if busy not in BUSY_POLICIES:
+            raise ConfigurationError(
+                f"busy must be one of {', '.join(BUSY_POLICIES)}", context={"setting": "busy"}
+            )
         self.agent = agent
         self.store = store
         self.authenticate = authenticate
@@ -55,12 +73,31 @@ class Service:
         self.max_body_bytes = max_body_bytes
         self.turn_timeout = turn_timeout
         self.shutdown_grace = shutdown_grace
+        self.busy = busy
         self.turns = RunningTurns()
+        self.inbox: TurnInbox | None = inbox_of(agent.durability)
+        settings = dict(worker_settings or {})
+        self.workers = InProcessWorkers(agent, workers, settings, shutdown_grace)
+        poll = settings.get("poll_interval")
+        fine = isinstance(poll, int | float) and not isinstance(poll, bool) and poll > 0
+        self.watch_poll = min(float(poll), WATCH_POLL) if fine else WATCH_POLL  # type: ignore[arg-type]
+
+    @property
+    def submits(self) -> bool:
+        """Whether turns are submitted to the inbox (``enqueue`` and ``reject`` with a store
+        that has one) rather than run directly."""
+        return self.inbox is not None and self.busy != "wait"
+
+    def start(self) -> None:
+        """The application started: the in-process workers start claiming."""
+        self.workers.start()
 
     def begin_shutdown(self) -> asyncio.Task[None]:
-        """Readiness answers 503 and new turns are refused; running turns get the grace, then
-        are cancelled. Called by the server when it is told to stop (idempotent)."""
-        return self.turns.drain(self.shutdown_grace)
+        """Readiness answers 503 and new turns are refused; the workers stop claiming; running
+        turns (and the requests following them) get the grace, then are cancelled. Called by
+        the server when it is told to stop (idempotent)."""
+        self.workers.stop()
+        return self.turns.drain(self.shutdown_grace, self.workers.tasks)
 
     # ------------------------------------------------------------------ requests
 

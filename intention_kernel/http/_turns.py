@@ -13,13 +13,17 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..contracts.checkpoint import Interaction, KernelCheckpoint
+from ..contracts.inbox import InboxRequest
 from ..contracts.turns import DurableTurnResult
 from ..kernel import Response, TurnResult
 from ..operations._history import turn_answer, turn_input
+from ._problems import safe_error
 
 __all__ = [
     "checkpoint_summary",
+    "committed_body",
     "interaction_json",
+    "request_body",
     "response_json",
     "stored_turn_json",
     "thread_body",
@@ -86,6 +90,62 @@ def turn_body(result: TurnResult, replayed: bool) -> dict[str, Any]:
     }
 
 
+def _stored_response(stored: DurableTurnResult) -> Any:
+    try:
+        return response_json(Response.model_validate(stored.response))
+    except ValidationError:
+        return stored.response  # written by another kind of caller: shown as stored
+
+
+def committed_body(stored: DurableTurnResult) -> dict[str, Any]:
+    """A committed turn as ``POST .../turns`` answers it, read back (``replayed``: a read)."""
+    return {
+        "thread_id": stored.thread_id,
+        "turn_id": stored.turn_id,
+        "replayed": True,
+        "response": _stored_response(stored),
+        "interaction": interaction_json(stored.checkpoint.interaction),
+        "checkpoint": checkpoint_summary(stored.checkpoint),
+    }
+
+
+def _when(value: Any) -> str | None:
+    return None if value is None else str(value.isoformat())
+
+
+def request_body(
+    thread_id: str,
+    turn_id: str,
+    request: InboxRequest | None,
+    stored: DurableTurnResult | None,
+    *,
+    state: str | None = None,
+) -> dict[str, Any]:
+    """Where a turn stands (``GET .../turns/{turn_id}``, the 202 answer): its request's state,
+    place in submission order, attempts and last failure, and its result once committed. A
+    turn run directly has no request: ``done`` when committed, else ``state``."""
+    if stored is not None:
+        said = "done"
+    elif request is not None:
+        said = str(request.state)
+    else:
+        said = state or "running"
+    failed = None if request is None else request.error_code
+    return {
+        "thread_id": thread_id,
+        "turn_id": turn_id,
+        "state": said,
+        "position": None if request is None or request.position == 0 else request.position,
+        "attempts": 0 if request is None else request.attempts,
+        "submitted_at": None if request is None else _when(request.submitted_at),
+        "not_before": None if request is None else _when(request.not_before),
+        "finished_at": None if request is None else _when(request.finished_at),
+        "error_code": failed,
+        "error": None if request is None else safe_error(failed, request.error),
+        "result": None if stored is None else committed_body(stored),
+    }
+
+
 def thread_body(thread_id: str, checkpoint: KernelCheckpoint) -> dict[str, Any]:
     return {
         "thread_id": thread_id,
@@ -103,15 +163,11 @@ def user_input(stored: DurableTurnResult) -> str | None:
 def stored_turn_json(stored: DurableTurnResult) -> dict[str, Any]:
     """One committed turn of the history: ids, the user's input (or choice), the answer it gave
     to an interaction (decision, option, actor, question) and the stored response."""
-    try:
-        response: Any = response_json(Response.model_validate(stored.response))
-    except ValidationError:
-        response = stored.response  # written by another kind of caller: shown as stored
     return {
         "turn_id": stored.turn_id,
         "revision": stored.checkpoint.revision,
         "trace_id": stored.trace_id,
         "input": user_input(stored),
         "answer": turn_answer(stored),
-        "response": response,
+        "response": _stored_response(stored),
     }

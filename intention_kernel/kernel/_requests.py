@@ -17,6 +17,7 @@ from ..contracts.durability import Durability
 from ..contracts.errors import ErrorCode, UsageError
 from ..contracts.ids import validate_thread_id, validate_turn_id
 from ..contracts.inbox import InboxRequest, TurnInbox
+from ..telemetry import current_traceparent
 from ._limits import KernelLimits
 from ._validation import validate_host_context, validate_selection, validate_text
 
@@ -72,4 +73,5 @@ async def submit_request(
         selection=chosen,
         host_context=dict(context) if context else None,
         not_before=not_before,
+        traceparent=current_traceparent(),
     )

@@ -28,7 +28,7 @@ from ..contracts.inbox import InboxRequest
 from ..contracts.receipts import EffectReceipt
 from ..contracts.sinks import EventSink, OutcomeKind
 from ..contracts.turns import DurableTurnResult
-from ..telemetry import Telemetry, db_system
+from ..telemetry import Telemetry, continued_trace, db_system
 from ._compat import Compatibility, admit_checkpoint
 from ._context import TurnInfo
 from ._events import EventRecorder, Redactor
@@ -204,15 +204,17 @@ class CompiledAgent:
         timeout: float | None,  # noqa: ASYNC109 - the turn's own deadline, as run's
         progress: Progress,
     ) -> TurnResult:
-        return await self._run(
-            request.thread_id,
-            request.turn_id,
-            request.text,
-            request.selection,
-            request.host_context,
-            timeout,
-            progress,
-        )
+        carrier = {} if request.traceparent is None else {"traceparent": request.traceparent}
+        with continued_trace(carrier):  # the submitter's trace, across the inbox
+            return await self._run(
+                request.thread_id,
+                request.turn_id,
+                request.text,
+                request.selection,
+                request.host_context,
+                timeout,
+                progress,
+            )
 
     async def work(self, **settings: Any) -> None:
         """Run a worker in this task until it is cancelled (``worker()`` to drain instead)."""

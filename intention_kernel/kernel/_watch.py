@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from ..contracts.durability import Durability
 from ..contracts.errors import ErrorCode, InvalidInputError, KernelError, UsageError
 from ..contracts.ids import validate_thread_id, validate_turn_id
-from ..contracts.inbox import RequestState
+from ..contracts.inbox import RequestState, TurnInbox
 from ..contracts.turns import DurableTurnResult
 from ._progress_log import ATTEMPT, decode_item
 from ._requests import inbox_of
@@ -79,6 +79,24 @@ async def _committed(durability: Durability, thread_id: str, turn_id: str) -> Tu
     )
 
 
+async def _shown_up_to(inbox: TurnInbox, thread_id: str, turn_id: str, seq: int) -> str:
+    """The text a watcher that stopped at ``seq`` was shown (a rejoin settles from there)."""
+    shown, after = "", 0
+    while after < seq:
+        entries = await inbox.read_progress(thread_id, turn_id, after=after, limit=1000)
+        for entry in entries:
+            if entry.seq > seq:
+                return shown
+            after = entry.seq
+            if entry.item.get("type") == ATTEMPT:
+                shown = ""
+            elif isinstance(item := decode_item(entry.item), TextDelta):
+                shown = ("" if item.restarted else shown) + item.text
+        if len(entries) < 1000:
+            break
+    return shown
+
+
 async def watch_turn(
     durability: Durability,
     thread_id: str,
@@ -91,7 +109,7 @@ async def watch_turn(
     validate_turn_id(turn_id)
     seq = parse_cursor(after, thread_id, turn_id)
     inbox = inbox_of(durability)
-    shown = ""
+    shown = await _shown_up_to(inbox, thread_id, turn_id, seq)
     first = True
     while True:
         mark = inbox.progressed.mark()

@@ -37,7 +37,7 @@ from ._common import db_system, key_hash
 from ._inbox import InboxBacklog
 from ._otel import AVAILABLE
 from ._otel import SCOPE as SCOPE
-from ._propagation import continued_trace
+from ._propagation import continued_trace, current_traceparent
 from ._receipts import ReceiptLister as ReceiptLister
 from ._receipts import UncertainReceipts
 from ._relay import RelayTelemetry
@@ -51,6 +51,7 @@ __all__ = [
     "Telemetry",
     "UncertainReceipts",
     "continued_trace",
+    "current_traceparent",
     "db_system",
     "effect_span",
     "key_hash",

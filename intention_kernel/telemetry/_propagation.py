@@ -1,4 +1,4 @@
-"""A caller's W3C trace context continued (for the HTTP service)."""
+"""A caller's W3C trace context continued (for the HTTP service and submitted turns)."""
 
 from __future__ import annotations
 
@@ -29,3 +29,14 @@ def continued_trace(headers: Mapping[str, str]) -> Iterator[None]:
         yield
     finally:
         _otel.context.detach(token)
+
+
+def current_traceparent() -> str | None:
+    """The W3C ``traceparent`` of the span current here, or ``None`` (no package, no span):
+    kept with a submitted turn, so the worker that runs it continues the submitter's trace."""
+    if not _otel.AVAILABLE:
+        return None
+    context = _otel.trace.get_current_span().get_span_context()
+    if not context.is_valid:
+        return None
+    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"

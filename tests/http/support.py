@@ -178,8 +178,13 @@ def make_desk(store: DurabilityStore, *, model: ModelGateway | None = None) -> D
     return Desk(store, gated, provider, agent)
 
 
+FAST_WORKERS = {"poll_interval": 0.05, "backoff": 0.05, "max_backoff": 0.2, "claim_ttl": 5.0}
+"""In-process worker settings of the tests: a retry after a failure comes within 0.2 s."""
+
+
 def app_for(desk: Desk, **options: Any) -> Starlette:
     options.setdefault("authenticate", BearerTokens.from_secrets(TOKENS))
+    options.setdefault("worker_settings", FAST_WORKERS)
     return create_app(desk.agent, **options)
 
 

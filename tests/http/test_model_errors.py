@@ -1,7 +1,11 @@
 """A model gateway's failure is answered by what the gateway said: a final one (a rejected key,
 a bad request, a used-up quota) is 502 without ``Retry-After``, one that may pass is 503 with
 the wait the provider asked for; the provider's text and the configuration hints (the key's
-environment variable) go to the service's log, never to the client."""
+environment variable) go to the service's log, never to the client.
+
+A turn run in the request (``busy="wait"``) is answered by the gateway's error itself. A
+submitted turn (the default) is retried by its worker while the failure may pass, so the client
+gets the committed answer; a final failure makes the request dead, answered 502 as well."""
 
 from __future__ import annotations
 
@@ -12,10 +16,11 @@ import pytest
 
 from intention_kernel.contracts.errors import ModelGatewayError
 from intention_kernel.contracts.gateway import ModelRequest
+from intention_kernel.examples.travel_desk import scripted_model
 from intention_kernel.models import AnthropicGateway, OpenAIGateway
 
 from ..models.fakes import Clock, FakeServer, anthropic_error, openai_error, policy
-from .support import SEARCH, Desk, app_for, events, is_problem, make_desk, serve
+from .support import SEARCH, Desk, app_for, bearer, events, is_problem, make_desk, serve
 
 PROVIDER_TEXT = "Incorrect API key provided: sk-live-abc...wxyz. You can find your key at"
 HINT = "check OPENAI_API_KEY"
@@ -53,7 +58,7 @@ async def test_a_final_gateway_error_is_502_without_retry_after(
         message, retryable=False, context={"kind": kind, "status": status, "retry_after": 30.0}
     )
     desk.model.inner.set("interpret", failing(error))
-    async with serve(app_for(desk)) as live:
+    async with serve(app_for(desk, busy="wait")) as live:
         answer = await live.post("t-1", "turn-1", SEARCH)
         streamed = await live.post("t-1", "turn-2", SEARCH, headers=STREAM_HEADERS)
     problem = is_problem(answer, 502, "MODEL_GATEWAY_FAILED")
@@ -79,7 +84,7 @@ async def test_a_retryable_gateway_error_is_503_with_the_providers_wait(
         context={"kind": "rate_limit", "status": 429, "retry_after": asked},
     )
     desk.model.inner.set("interpret", failing(error))
-    async with serve(app_for(desk)) as live:
+    async with serve(app_for(desk, busy="wait")) as live:
         answer = await live.post("t-1", "turn-1", SEARCH)
     problem = is_problem(answer, 503, "MODEL_GATEWAY_FAILED")
     assert problem["retryable"] is True
@@ -93,7 +98,7 @@ async def test_a_gateway_error_mid_stream_is_an_error_event_without_provider_tex
 ) -> None:
     error = ModelGatewayError(f"{HINT}: {PROVIDER_TEXT}", retryable=False)
     desk.model.inner.set("compose", failing(error))
-    async with serve(app_for(desk)) as live:
+    async with serve(app_for(desk, busy="wait")) as live:
         answer = await live.post("t-1", "turn-1", SEARCH, headers=STREAM_HEADERS)
     name, problem = events(answer.text)[-1]
     assert name == "error"
@@ -119,7 +124,7 @@ async def test_openai_rejecting_the_key_is_502_and_the_hint_is_only_logged(
         "gpt-4.1-mini", api_key=OPENAI_KEY, http_client=server.client(), retry=policy(Clock())
     )
     desk = make_desk(sqlite_store, model=gateway)
-    async with serve(app_for(desk)) as live:
+    async with serve(app_for(desk, busy="wait")) as live:
         answer = await live.post("t-1", "turn-1", SEARCH)
     problem = is_problem(answer, 502, "MODEL_GATEWAY_FAILED")
     assert problem["retryable"] is False and "retry-after" not in answer.headers
@@ -143,7 +148,7 @@ async def test_anthropic_overloaded_is_503_with_its_retry_after(
         retry=policy(clock, attempts=2),
     )
     desk = make_desk(sqlite_store, model=gateway)
-    async with serve(app_for(desk)) as live:
+    async with serve(app_for(desk, busy="wait")) as live:
         answer = await live.post("t-1", "turn-1", SEARCH)
     problem = is_problem(answer, 503, "MODEL_GATEWAY_FAILED")
     assert problem["retryable"] is True
@@ -151,3 +156,54 @@ async def test_anthropic_overloaded_is_503_with_its_retry_after(
     assert len(server.requests) == 2 and clock.waits == [7.0]
     assert ANTHROPIC_KEY not in answer.text
     assert logged(caplog, "overloaded", "529")
+
+
+async def test_a_final_gateway_error_kills_a_submitted_turn_and_is_502(
+    desk: Desk, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger=LOGGER)
+    message = f"openai rejected the credentials (401): {HINT}; said: {PROVIDER_TEXT}"
+    error = ModelGatewayError(
+        message, retryable=False, context={"kind": "authentication", "status": 401}
+    )
+    desk.model.inner.set("interpret", failing(error))
+    async with serve(app_for(desk)) as live:
+        answer = await live.post("t-1", "turn-1", SEARCH)
+        streamed = await live.post("t-1", "turn-2", SEARCH, headers=STREAM_HEADERS)
+        again = await live.post("t-1", "turn-1", SEARCH)  # the same key: still dead
+        state = await live.client.get("/v1/threads/t-1/turns/turn-1", headers=bearer())
+    for refused in (answer, streamed, again):
+        problem = is_problem(refused, 502, "MODEL_GATEWAY_FAILED")
+        assert problem["retryable"] is False and problem["state"] == "dead"
+        assert "retry-after" not in refused.headers and not leaks(refused.text)
+    assert desk.model.count("interpret") == 2  # final: each turn was tried once
+    body = state.json()
+    assert (body["state"], body["attempts"], body["error_code"]) == (
+        "dead",
+        1,
+        "MODEL_GATEWAY_FAILED",
+    )
+    assert body["error"] is None and not leaks(state.text)
+    assert logged(caplog, HINT, PROVIDER_TEXT, "dead")
+
+
+async def test_a_failure_that_may_pass_is_retried_by_the_worker(desk: Desk) -> None:
+    error = ModelGatewayError(f"rate limited; {PROVIDER_TEXT}", context={"kind": "rate_limit"})
+    model = scripted_model()
+    asked: list[ModelRequest] = []
+
+    def flaky(request: ModelRequest) -> Any:
+        asked.append(request)
+        return error if len(asked) <= 2 else model.complete(request)
+
+    desk.model.inner.set("interpret", flaky)
+    async with serve(app_for(desk)) as live:
+        answer = await live.post("t-1", "turn-1", SEARCH)
+        state = await live.client.get("/v1/threads/t-1/turns/turn-1", headers=bearer())
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["response"]["text"].startswith("In Lisbon for 2 nights")
+    assert answer.headers["idempotent-replayed"] == "false"
+    body = state.json()
+    assert (body["state"], body["attempts"]) == ("done", 3)
+    assert body["error_code"] == "MODEL_GATEWAY_FAILED"  # the last failure, kept
+    assert body["result"]["response"] == answer.json()["response"]

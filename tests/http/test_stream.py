@@ -1,21 +1,29 @@
 """``Accept: text/event-stream``: the turn as server-sent events, as ``CompiledAgent.stream``.
 
-The last event is ``turn.completed`` (the 200 body) or ``error`` (a problem document). A client
-that goes away mid-stream cancels the turn by the cancellation rules, and the same key sent
-again gets the result with the booking made at most once.
+The last event is ``turn.completed`` (the 200 body) or ``error`` (a problem document). A
+submitted turn (the default) streams from its watch and does not depend on the connection (see
+``test_submitted``); a turn run in the request (``busy="wait"``) is cancelled by the
+cancellation rules when its client goes away, and the same key sent again gets the result with
+the booking made at most once.
 """
 
 from __future__ import annotations
 
 import asyncio
 
+from intention_kernel.contracts.errors import ModelGatewayError
+from intention_kernel.contracts.gateway import ModelRequest
+from intention_kernel.examples.travel_desk import scripted_model
+
 from .support import (
     SEARCH,
     Desk,
     Live,
+    app_for,
     bearer,
     events,
     is_problem,
+    serve,
     to_confirmation,
     without_replayed,
 )
@@ -76,10 +84,13 @@ async def test_a_refused_stream_keeps_its_status(live: Live) -> None:
     is_problem(await live.post("t-1", "turn-2", {"text": 3}, headers=STREAM), 422, "INVALID_TEXT")
 
 
-async def test_a_failure_mid_stream_ends_with_an_error_event(live: Live, desk: Desk) -> None:
+async def test_a_failure_mid_stream_ends_with_an_error_event(desk: Desk) -> None:
     desk.model.broken.add("compose")
-    answer = await live.post("t-1", "turn-1", SEARCH, headers=STREAM)
-    items = events(answer.text)
+    async with serve(app_for(desk, busy="wait")) as live:
+        answer = await live.post("t-1", "turn-1", SEARCH, headers=STREAM)
+        items = events(answer.text)
+        desk.model.broken.clear()
+        again = await live.post("t-1", "turn-1", SEARCH)  # nothing committed: the retry runs
     assert [name for name, _ in items] == ["step.started", "step.finished", "error"]
     problem = items[-1][1]
     assert (problem["status"], problem["code"], problem["retryable"]) == (
@@ -88,12 +99,64 @@ async def test_a_failure_mid_stream_ends_with_an_error_event(live: Live, desk: D
         True,
     )
     assert "secret-internal-detail" not in answer.text and "Traceback" not in answer.text
-    desk.model.broken.clear()
-    again = await live.post("t-1", "turn-1", SEARCH)  # nothing committed: the retry runs
     assert again.status_code == 200 and again.json()["replayed"] is False
 
 
-async def test_a_client_that_leaves_mid_stream_cancels_the_turn(live: Live, desk: Desk) -> None:
+async def test_a_submitted_turn_that_fails_mid_stream_is_retried_in_the_stream(
+    live: Live, desk: Desk
+) -> None:
+    model = scripted_model()
+    composed: list[ModelRequest] = []
+
+    def flaky(request: ModelRequest) -> object:
+        composed.append(request)
+        if len(composed) == 1:
+            return ModelGatewayError("the provider is overloaded: secret-internal-detail")
+        return model.complete(request)
+
+    desk.model.inner.set("compose", flaky)
+    answer = await live.post("t-1", "turn-1", SEARCH, headers=STREAM)
+    items = events(answer.text)
+    names = [name for name, _ in items]
+    assert names[-1] == "turn.completed" and "error" not in names
+    assert names.count("step.started") == 2  # the second attempt ran the search again
+    shown = ""
+    for name, data in items:
+        if name == "text.delta":
+            shown = ("" if data["restarted"] else shown) + data["text"]
+    assert shown == items[-1][1]["response"]["text"]
+    assert items[-1][1]["replayed"] is False
+    assert len(composed) == 2 and "secret-internal-detail" not in answer.text
+
+
+async def test_a_submitted_turn_that_fails_for_good_ends_with_an_error_event(
+    live: Live, desk: Desk
+) -> None:
+
+    def refused(request: ModelRequest) -> object:
+        return ModelGatewayError("refused: secret-internal-detail", retryable=False)
+
+    desk.model.inner.set("compose", refused)
+    answer = await live.post("t-1", "turn-1", SEARCH, headers=STREAM)
+    items = events(answer.text)
+    assert [name for name, _ in items] == ["step.started", "step.finished", "error"]
+    problem = items[-1][1]
+    assert (problem["status"], problem["code"], problem["retryable"]) == (
+        502,
+        "MODEL_GATEWAY_FAILED",
+        False,
+    )
+    assert problem["state"] == "dead" and "secret-internal-detail" not in answer.text
+
+
+async def test_a_client_that_leaves_mid_stream_cancels_a_turn_run_in_the_request(
+    desk: Desk,
+) -> None:
+    async with serve(app_for(desk, busy="wait")) as live:
+        await _leave_mid_stream(live, desk)
+
+
+async def _leave_mid_stream(live: Live, desk: Desk) -> None:
     interaction = await to_confirmation(live, "t-1")
     press = {"text": "", "selection": {"interaction_id": interaction["id"], "option": "yes"}}
     gate = desk.model.hold("compose")  # the booking is made, then the answer waits

@@ -1,6 +1,9 @@
 """A caller's W3C ``traceparent`` is continued: the ``ik.turn`` span of the request's turn is a
 child of the caller's span, and the turn's events (the outbox, a webhook) carry that trace, so
-caller -> turn -> consumer is one trace. A malformed ``traceparent`` starts a new trace."""
+caller -> turn -> consumer is one trace. A malformed ``traceparent`` starts a new trace.
+
+Both ways a turn runs: submitted to the inbox and run by a worker (the default; the trace
+context is kept with the request), and in the request (``busy="wait"``)."""
 
 from __future__ import annotations
 
@@ -52,16 +55,22 @@ def traced() -> Iterator[Traced]:
     provider.shutdown()
 
 
-@pytest.fixture
-async def live(store: DurabilityStore, traced: Traced) -> AsyncIterator[Live]:
-    """The travel desk, traced by its own provider (never the global one), on a real server."""
+@pytest.fixture(params=["enqueue", "wait"])
+async def live(
+    store: DurabilityStore, traced: Traced, request: pytest.FixtureRequest
+) -> AsyncIterator[Live]:
+    """The travel desk, traced by its own provider (never the global one), on a real server;
+    its turns submitted to the inbox (``enqueue``) or run in the request (``wait``)."""
+    busy = request.param
     kernel = Kernel(
         durability=store,
         model=scripted_model(),
         ports={"hotels": FakeHotelProvider()},
         tracer_provider=traced.provider,
     )
-    app = create_app(kernel.compile(build_agent()), authenticate=BearerTokens.from_secrets(TOKENS))
+    app = create_app(
+        kernel.compile(build_agent()), authenticate=BearerTokens.from_secrets(TOKENS), busy=busy
+    )
     async with serve(app) as running:
         yield running
 
@@ -73,17 +82,22 @@ def _ids(span: ReadableSpan) -> tuple[str, str | None]:
     return f"{span.context.trace_id:032x}", parent
 
 
-async def test_the_turn_continues_the_callers_trace(live: Live, traced: Traced) -> None:
+async def test_the_turn_continues_the_callers_trace(
+    live: Live, traced: Traced, request: pytest.FixtureRequest
+) -> None:
     answer = await live.post("t-1", "turn-1", SEARCH, headers={"traceparent": TRACEPARENT})
     assert answer.status_code == 200, answer.text
     [turn] = traced.turns()
     assert _ids(turn) == (TRACE, CALLER)
     assert turn.parent is not None and turn.parent.is_remote
-    # A replay of the same turn, from another caller's span, joins that caller's trace.
     other = f"00-{'a1' * 16}-{'b2' * 8}-01"
     again = await live.post("t-1", "turn-1", SEARCH, headers={"traceparent": other})
     assert again.json()["replayed"] is True
-    assert _ids(traced.turns()[-1]) == ("a1" * 16, "b2" * 8)
+    if request.node.callspec.params["live"] == "wait":
+        # A replay run in the request, from another caller's span, joins that caller's trace.
+        assert _ids(traced.turns()[-1]) == ("a1" * 16, "b2" * 8)
+    else:  # a submitted replay is read from the store: no turn runs, no turn span
+        assert len(traced.turns()) == 1
 
 
 async def test_a_streamed_turn_continues_the_callers_trace(live: Live, traced: Traced) -> None:
@@ -217,7 +231,9 @@ async def test_a_host_server_span_stays_the_turns_parent(
         ports={"hotels": FakeHotelProvider()},
         tracer_provider=traced.provider,
     )
-    app = create_app(kernel.compile(build_agent()), authenticate=BearerTokens.from_secrets(TOKENS))
+    app = create_app(
+        kernel.compile(build_agent()), authenticate=BearerTokens.from_secrets(TOKENS), busy="wait"
+    )
     app.add_middleware(ServerSpans, provider=traced.provider)
     async with serve(app) as live:
         answer = await live.post("t-1", "turn-1", SEARCH, headers={"traceparent": TRACEPARENT})

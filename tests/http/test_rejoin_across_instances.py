@@ -1,0 +1,191 @@
+"""Two ``intention-kernel serve`` processes on one PostgreSQL store: a streamed write turn whose
+client leaves after each event in turn, and rejoins on the other process with
+``Last-Event-ID``. The turn runs once whatever the client does: the hotel is called once per
+booking, no receipt is uncertain, and the rejoined client gets the events it missed, then the
+result."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from intention_kernel.http import hash_token
+from tests.support.postgres import drop_schema, require_postgres, scratch_schema
+from tests.support.serving import wait_until_healthy
+
+from .served_bookings import ANSWER, bookings
+
+CLI = [sys.executable, "-m", "intention_kernel.cli"]
+TOKEN = "alice-token-0001"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+Event = tuple[str | None, str, Any]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _read(answer: httpx.Response, limit: int | None = None) -> list[Event]:
+    """The ``(id, event, data)`` of a stream as they arrive, ``limit`` of them at most."""
+    found: list[Event] = []
+    fields: dict[str, str] = {}
+    if limit == 0:
+        return found
+    for line in answer.iter_lines():
+        if line.startswith(":"):
+            continue
+        if line:
+            name, _, value = line.partition(": ")
+            fields[name] = value
+            continue
+        if "event" in fields:
+            found.append((fields.get("id"), fields["event"], json.loads(fields["data"])))
+            if limit is not None and len(found) >= limit:
+                break
+        fields = {}
+    return found
+
+
+def _shown(events: list[Event]) -> str:
+    shown = ""
+    for _, name, data in events:
+        if name == "text.delta":
+            shown = ("" if data["restarted"] else shown) + data["text"]
+    return shown
+
+
+def _ask(url: str, thread: str, room: int) -> dict[str, Any]:
+    """Ask to book ``room`` on ``thread``: the confirmation the press answers."""
+    asked = httpx.post(
+        f"{url}/v1/threads/{thread}/turns",
+        json={"text": f"book room {room}"},
+        headers={**AUTH, "Idempotency-Key": f"{thread}-ask"},
+        timeout=30,
+    )
+    assert asked.status_code == 200, asked.text
+    interaction = asked.json()["interaction"]
+    assert interaction is not None
+    return {"text": "", "selection": {"interaction_id": interaction["id"], "option": "yes"}}
+
+
+def _press(url: str, thread: str, body: dict[str, Any], leave_after: int | None) -> list[Event]:
+    """Stream the press on ``url``; leave after ``leave_after`` events (``None``: stay)."""
+    headers = {**AUTH, "Idempotency-Key": f"{thread}-yes", "Accept": "text/event-stream"}
+    with httpx.stream(
+        "POST", f"{url}/v1/threads/{thread}/turns", json=body, headers=headers, timeout=30
+    ) as answer:
+        assert answer.status_code == 200, answer.read()
+        return _read(answer, leave_after)
+
+
+def _rejoin(url: str, thread: str, last: str | None) -> list[Event]:
+    headers = dict(AUTH)
+    if last is not None:
+        headers["Last-Event-ID"] = last
+    with httpx.stream(
+        "GET", f"{url}/v1/threads/{thread}/turns/{thread}-yes/events", headers=headers, timeout=30
+    ) as answer:
+        assert answer.status_code == 200, answer.read()
+        return _read(answer)
+
+
+@contextmanager
+def _serving(store: str, tokens: Path, log: Path) -> Iterator[list[str]]:
+    """Two serve processes on ``store``: their URLs; stopped with SIGTERM (status 0)."""
+    processes = []
+    urls = []
+    try:
+        for _ in range(2):
+            port = _free_port()
+            processes.append(
+                subprocess.Popen(
+                    [
+                        *CLI,
+                        "serve",
+                        "--agent",
+                        "tests.http.served_bookings:booking_agent",
+                        "--store",
+                        store,
+                        "--port",
+                        str(port),
+                        "--tokens",
+                        str(tokens),
+                        "--pool-size",
+                        "4",
+                    ],
+                    env={**os.environ, "IK_TEST_BOOKINGS": str(log)},
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+            )
+            urls.append(f"http://127.0.0.1:{port}")
+        for process, url in zip(processes, urls, strict=True):
+            wait_until_healthy(process, url)
+        yield urls
+        for process in processes:
+            process.send_signal(signal.SIGTERM)
+        for process in processes:
+            _, err = process.communicate(timeout=60)
+            assert process.returncode == 0, err
+            assert "Traceback" not in err, err
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+
+
+def test_a_stream_left_at_each_event_rejoins_on_the_other_instance(tmp_path: Path) -> None:
+    dsn = require_postgres()
+    schema = scratch_schema("ik_http_rejoin")
+    store = f"{dsn}{'&' if '?' in dsn else '?'}schema={schema}"
+    log = tmp_path / "bookings"
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"alice {hash_token(TOKEN)}\n")
+    try:
+        migrated = subprocess.run(
+            [*CLI, "migrate", "--store", store], capture_output=True, text=True, timeout=60
+        )
+        assert migrated.returncode == 0, migrated.stderr
+        with _serving(store, tokens, log) as (first, other):
+            whole = _press(first, "ref", _ask(first, "ref", 10), None)
+            names = [name for _, name, _ in whole]
+            assert names[:2] == ["step.started", "step.finished"], names
+            assert names[-1] == "turn.completed" and names.count("text.delta") > 2
+            for leave in range(len(whole)):  # after 0, 1, ... events, the result not yet seen
+                thread = f"left-{leave}"
+                room = 11 + leave  # two digits, as the reference's: the same pieces of text
+                press = _ask(first, thread, room)
+                before = _press(first, thread, press, leave)
+                last = before[-1][0] if before else None
+                after = _rejoin(other, thread, last)
+                result = after[-1][2]
+                seen = [name for _, name, _ in before + after]
+                # The rejoined stream goes on exactly where the client left: the same events.
+                assert seen == names, leave
+                assert result["turn_id"] == f"{thread}-yes"
+                assert result["response"]["text"] == ANSWER.format(room=room)
+                assert _shown(before + after) == result["response"]["text"]
+                receipts = result["checkpoint"]["receipts"]
+                assert [r["status"] for r in receipts] == ["completed"], receipts
+            calls = Counter(bookings(log))
+            assert len(calls) == len(whole) + 1  # one booking per turn, the reference's too
+            assert set(calls.values()) == {1}, calls  # each one called once
+    finally:
+        asyncio.run(drop_schema(dsn, schema))
