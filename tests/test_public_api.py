@@ -354,6 +354,7 @@ TELEMETRY = [
     "Telemetry",
     "UncertainReceipts",
     "continued_trace",
+    "current_traceparent",
     "db_system",
     "effect_span",
     "key_hash",

@@ -8,7 +8,8 @@ can leave the kernel (outbox and sinks alike).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,8 +17,11 @@ from pydantic import JsonValue
 
 from ..contracts.errors import ConfigurationError, InvalidInputError
 from ..contracts.events import EventCategory, KernelEvent, check_event_type
+from ..contracts.sinks import EventSink, OutcomeKind
 
-__all__ = ["EventRecorder", "Redactor", "build_event"]
+__all__ = ["EventRecorder", "Redactor", "build_event", "publish"]
+
+logger = logging.getLogger("intention_kernel.events")
 
 Redactor = Callable[[KernelEvent], KernelEvent]
 """The host's redactor: returns the event with its ``data`` cleaned (the envelope is kept)."""
@@ -154,3 +158,37 @@ class EventRecorder:
             # The envelope is the kernel's, not the redactor's: only ``data`` may change.
             out.append(event.model_copy(update={"data": dict(redacted.data)}))
         return out
+
+
+async def publish(sinks: Sequence[EventSink], events: list[KernelEvent]) -> None:
+    """Hand the turn's released events to the in-process sinks, best effort.
+
+    One event per call keeps the sink contract (at most one event of a thread per publish,
+    so a sink may send a call's events concurrently). The turn is committed: a failing live
+    sink must not turn it into an error, but it is logged (sink and event type only, never
+    the payload). A sink that raises gets none of the turn's later events; the outbox
+    still holds them all for the relay.
+    """
+    for sink in sinks:
+        name = type(sink).__qualname__
+        for index, event in enumerate(events):
+            try:
+                outcomes = await sink.publish([event])
+                refused = [o for o in outcomes or () if o.kind is not OutcomeKind.OK]
+            except Exception as exc:
+                logger.warning(
+                    "event sink %s raised %s on %s; %d later event(s) of this turn skipped",
+                    name,
+                    type(exc).__name__,
+                    event.type,
+                    len(events) - index - 1,
+                )
+                break
+            for outcome in refused:
+                logger.warning(
+                    "event sink %s did not accept %s: %s (%s)",
+                    name,
+                    event.type,
+                    outcome.kind,
+                    outcome.code,
+                )

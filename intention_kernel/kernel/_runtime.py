@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import logging
 import time
 from collections.abc import AsyncIterator, Callable, Generator, Mapping, Sequence
 from datetime import datetime
@@ -26,12 +25,12 @@ from ..contracts.events import EventCategory, KernelEvent
 from ..contracts.ids import validate_thread_id, validate_turn_id
 from ..contracts.inbox import InboxRequest
 from ..contracts.receipts import EffectReceipt
-from ..contracts.sinks import EventSink, OutcomeKind
+from ..contracts.sinks import EventSink
 from ..contracts.turns import DurableTurnResult
 from ..telemetry import Telemetry, continued_trace, db_system
 from ._compat import Compatibility, admit_checkpoint
 from ._context import TurnInfo
-from ._events import EventRecorder, Redactor
+from ._events import EventRecorder, Redactor, publish
 from ._pipeline import AgentRuntime, TurnState, run_pipeline
 from ._pipeline.state import Meter
 from ._portal import portal_of
@@ -43,8 +42,6 @@ from ._worker import Worker, WorkerSettings
 from .streaming import Progress, ProgressRecorder, StreamItem, drive
 
 __all__ = ["CompiledAgent", "request_fingerprint"]
-
-logger = logging.getLogger("intention_kernel.events")
 
 
 def request_fingerprint(text: str, selection: Mapping[str, JsonValue] | None) -> str:
@@ -382,7 +379,7 @@ class CompiledAgent:
             if not replayed and (inbox := has_inbox(self._durability)) is not None:
                 inbox.progressed.fire()  # wakes this process's watchers of the turn
             if released:
-                await self._publish(released)
+                await publish(self._sinks, released)
         # A first run hands back the response it committed; a replay reads the stored one.
         result = TurnResult(
             response=composed[0] if composed else Response.model_validate(stored.response),
@@ -396,36 +393,3 @@ class CompiledAgent:
         if progress is not None:
             progress.settle(result.response.text)  # a replay shows its stored answer at once
         return result
-
-    async def _publish(self, events: list[KernelEvent]) -> None:
-        """Hand the turn's released events to the in-process sinks, best effort.
-
-        One event per call keeps the sink contract (at most one event of a thread per publish,
-        so a sink may send a call's events concurrently). The turn is committed: a failing live
-        sink must not turn it into an error, but it is logged (sink and event type only, never
-        the payload). A sink that raises gets none of the turn's later events; the outbox
-        still holds them all for the relay.
-        """
-        for sink in self._sinks:
-            name = type(sink).__qualname__
-            for index, event in enumerate(events):
-                try:
-                    outcomes = await sink.publish([event])
-                    refused = [o for o in outcomes or () if o.kind is not OutcomeKind.OK]
-                except Exception as exc:
-                    logger.warning(
-                        "event sink %s raised %s on %s; %d later event(s) of this turn skipped",
-                        name,
-                        type(exc).__name__,
-                        event.type,
-                        len(events) - index - 1,
-                    )
-                    break
-                for outcome in refused:
-                    logger.warning(
-                        "event sink %s did not accept %s: %s (%s)",
-                        name,
-                        event.type,
-                        outcome.kind,
-                        outcome.code,
-                    )

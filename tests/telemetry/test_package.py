@@ -26,6 +26,7 @@ EXPORTED = [
     "Telemetry",
     "UncertainReceipts",
     "continued_trace",
+    "current_traceparent",
     "db_system",
     "effect_span",
     "key_hash",

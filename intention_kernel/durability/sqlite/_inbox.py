@@ -6,10 +6,9 @@ store's clock and are kept as UTC ISO text of fixed width (``iso``), so comparin
 compares the times. Rows are read back through ``decode_request``, so an unreadable row fails
 the same way as on every store.
 
-``claim`` walks only open (pending or running) rows in position order through the partial
-index ``ik_inbox_open`` and checks each candidate's thread through ``ik_inbox_open_by_thread``:
-done and dead history costs nothing. ``TurnStorage.commit`` marks the turn's request done in its
-own transaction through ``mark_done`` below.
+``claim`` walks only open rows in position order (partial index ``ik_inbox_open``) and checks
+each candidate's thread through ``ik_inbox_open_by_thread``: done and dead history costs nothing.
+``TurnStorage.commit`` marks the turn's request done in its own transaction (``mark_done``).
 """
 
 from __future__ import annotations
@@ -57,9 +56,7 @@ _CLAIMABLE = (
 )
 
 
-_PRUNE_PROGRESS = (
-    # The newest entry of a turn that has not committed stays: its ``seq`` goes on from there,
-    # so a watcher's cursor never points past a renumbered log.
+_PRUNE_PROGRESS = (  # a running turn's newest entry stays: its seq goes on (cursors hold)
     "DELETE FROM ik_progress AS g WHERE g.written_at < ?"
     " AND (EXISTS (SELECT 1 FROM ik_turns AS t WHERE t.thread_id = g.thread_id"
     "  AND t.turn_id = g.turn_id)"
@@ -69,8 +66,7 @@ _PRUNE_PROGRESS = (
 
 
 def iso(moment: datetime) -> str:
-    """A time as stored: UTC, microseconds always written (fixed width, so text order is time
-    order)."""
+    """A time as stored: UTC, with microseconds (fixed width: text order is time order)."""
     return moment.astimezone(UTC).isoformat(timespec="microseconds")
 
 
