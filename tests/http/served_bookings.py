@@ -2,7 +2,9 @@
 tests.http.served_bookings:booking_agent`` starts it: "book room N" asks to confirm, a press of
 "yes" books the room through ``context.run_effect`` against a hotel port that appends every
 call's key to the file named by ``IK_TEST_BOOKINGS`` (so the calls of every process are
-counted), and the answer is streamed slowly enough for a client to leave between its events."""
+counted), and the answer is streamed slowly enough for a client to leave between its events.
+"slow N" books nothing: the model takes N seconds (a fraction allowed) to interpret it, then
+replies "Waited N s.": a turn that holds its thread for a known time."""
 
 from __future__ import annotations
 
@@ -62,8 +64,12 @@ async def _book(context: CapabilityContext, room: Room) -> Completed:
     )
 
 
-def _interpret(request: ModelRequest) -> JsonValue:
+async def _interpret(request: ModelRequest) -> JsonValue:
     text = str(request.input.get("text", ""))
+    slow = re.fullmatch(r"slow (\d+(?:\.\d+)?)", text)
+    if slow is not None:
+        await asyncio.sleep(float(slow.group(1)))
+        return {"intentions": [], "answer": None, "reply": f"Waited {slow.group(1)} s."}
     found = re.fullmatch(r"book room (\d+)", text)
     intentions: list[JsonValue] = (
         [{"capability": "rooms.book", "input": {"room": int(found.group(1))}}] if found else []
@@ -72,6 +78,8 @@ def _interpret(request: ModelRequest) -> JsonValue:
 
 
 def _compose(request: ModelRequest) -> JsonValue:
+    if isinstance(reply := request.input.get("reply"), str):
+        return {"text": reply, "citations": []}
     found = re.search(r"Booked (\d+)\.", str(request.input))
     if found is None:
         return {"text": "Please confirm the booking.", "citations": []}
