@@ -79,6 +79,7 @@ class CompiledAgent:
         self._store_system = db_system(durability)
         self._compat = compatibility
         self._durability = durability
+        self._inbox = has_inbox(durability)  # looked up once: a protocol check is not free
         self._redact = redact
         self._sinks = tuple(sinks)
         self.manifest = manifest
@@ -376,7 +377,7 @@ class CompiledAgent:
                     context={"thread_id": thread_id, "turn_id": turn_id, "timeout": seconds}
                 ) from None
             traced.outcome(replayed)
-            if not replayed and (inbox := has_inbox(self._durability)) is not None:
+            if not replayed and (inbox := self._inbox) is not None:
                 inbox.progressed.fire()  # wakes this process's watchers of the turn
             if released:
                 await publish(self._sinks, released)

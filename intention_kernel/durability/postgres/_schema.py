@@ -149,7 +149,9 @@ MIGRATIONS: tuple[str, ...] = (
     # due are past the walk's end; done and dead ones are in none of the claim's indexes; a
     # request found not to be the head of its thread is set aside behind its predecessor
     # (``held_by``, the predecessor marked ``holds_back``) and walked again only when that one
-    # has finished (``inbox_finished_holders``). ``inbox_claim`` is the claim (see ``_inbox``).
+    # has finished (``inbox_finished_holders``). ``inbox_claim`` is the claim (see ``_inbox``);
+    # planned for each call's values: a generic plan, chosen after five calls of a session,
+    # scanned the primary key backwards through the finished history of a deep thread.
     """
     CREATE TABLE {s}.inbox (
         position      bigserial PRIMARY KEY,
@@ -199,7 +201,8 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX progress_written ON {s}.progress USING brin (written_at);
     CREATE FUNCTION {s}.inbox_claim(worker text, ttl float8)
-        RETURNS SETOF {s}.inbox LANGUAGE plpgsql VOLATILE AS $$
+        RETURNS SETOF {s}.inbox LANGUAGE plpgsql VOLATILE
+        SET plan_cache_mode = force_custom_plan AS $$
     DECLARE
         at_time        timestamptz := clock_timestamp();
         seen_ready     timestamptz := '-infinity';

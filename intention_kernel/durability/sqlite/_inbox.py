@@ -17,7 +17,7 @@ import contextlib
 import sqlite3
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from ...contracts.errors import CheckpointCorruptError, ErrorCode
 from ...contracts.inbox import (
@@ -33,6 +33,8 @@ from .._writes import utc_now
 from ._connection import Connection
 
 __all__ = ["SQLiteInbox", "iso", "mark_done"]
+
+T = TypeVar("T")
 
 _BLOBS = frozenset({"text", "payload", "operator_log"})
 """Read as bytes: text that is not UTF-8 reads back as corrupt instead of failing the query."""
@@ -192,7 +194,7 @@ class SQLiteInbox:
                         (at, str(ErrorCode.CHECKPOINT_CORRUPT), CORRUPT_REQUEST, position),
                     )
 
-        return await self._db.write(claim, what="inbox claim")
+        return await self._db.read(lambda conn: _unsynced_write(conn, claim), what="inbox claim")
 
     async def renew(self, worker_id: str, ttl: float) -> list[tuple[str, str]]:
         def renew(conn: sqlite3.Connection) -> list[tuple[str, str]]:
@@ -376,12 +378,11 @@ class SQLiteInbox:
         )
 
 
-def _unsynced_write(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], int]) -> int:
-    """Run ``fn`` in its own ``BEGIN IMMEDIATE`` transaction whose commit does not wait for
-    the disk: progress may be lost in a crash (``contracts.inbox``). ``synchronous = NORMAL``
-    and not ``OFF``: in WAL mode NORMAL skips only the commit's own fsync and still syncs
-    checkpoints, so committed turns stay as durable as before. The store's own setting is put
-    back afterwards (it cannot change inside a transaction, hence the transaction here)."""
+def _unsynced_write(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
+    """``fn`` in its own ``BEGIN IMMEDIATE`` transaction that does not wait for the disk:
+    progress and claims may be lost in a crash (a lost claim is claimed again). ``NORMAL``, not
+    ``OFF``: in WAL mode it skips only the commit's own fsync and still syncs checkpoints, so
+    committed turns stay as durable. The store's setting is put back afterwards."""
     (setting,) = conn.execute("PRAGMA synchronous").fetchone()
     conn.execute("PRAGMA synchronous = NORMAL")
     try:
