@@ -149,9 +149,10 @@ MIGRATIONS: tuple[str, ...] = (
     # due are past the walk's end; done and dead ones are in none of the claim's indexes; a
     # request found not to be the head of its thread is set aside behind its predecessor
     # (``held_by``, the predecessor marked ``holds_back``) and walked again only when that one
-    # has finished (``inbox_finished_holders``). ``inbox_claim`` is the claim (see ``_inbox``);
-    # planned for each call's values: a generic plan, chosen after five calls of a session,
-    # scanned the primary key backwards through the finished history of a deep thread.
+    # has finished (``inbox_finished_holders``). ``inbox_claim`` is the claim (see ``_inbox``).
+    # The generic plans a session keeps after five calls scanned the primary key back through
+    # a deep thread's history: the predecessor lookup is dynamic SQL (planned for its thread),
+    # the claim's recheck reaches the thread's index by a position the key cannot range over.
     """
     CREATE TABLE {s}.inbox (
         position      bigserial PRIMARY KEY,
@@ -201,8 +202,7 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX progress_written ON {s}.progress USING brin (written_at);
     CREATE FUNCTION {s}.inbox_claim(worker text, ttl float8)
-        RETURNS SETOF {s}.inbox LANGUAGE plpgsql VOLATILE
-        SET plan_cache_mode = force_custom_plan AS $$
+        RETURNS SETOF {s}.inbox LANGUAGE plpgsql VOLATILE AS $$
     DECLARE
         at_time        timestamptz := clock_timestamp();
         seen_ready     timestamptz := '-infinity';
@@ -240,12 +240,10 @@ MIGRATIONS: tuple[str, ...] = (
             -- New statements, so snapshots taken under the thread's lock. An earlier open
             -- request (locked: it cannot finish before this commits; one being changed right
             -- now is passed over for the one before it)?
-            SELECT p.position INTO predecessor FROM {s}.inbox p
-             WHERE p.thread_id = candidate.thread_id AND p.position < candidate.position
-               AND p.state IN ('pending', 'running')
-             ORDER BY p.position DESC
-             LIMIT 1
-               FOR SHARE SKIP LOCKED;
+            EXECUTE 'SELECT p.position FROM {s}.inbox p
+             WHERE p.thread_id = $1 AND p.position < $2 AND p.state IN (''pending'', ''running'')
+             ORDER BY p.position DESC LIMIT 1 FOR SHARE SKIP LOCKED'
+               INTO predecessor USING candidate.thread_id, candidate.position;
             IF predecessor IS NOT NULL THEN
                 -- Not the head: set aside until its predecessor has finished.
                 UPDATE {s}.inbox SET holds_back = true
@@ -264,17 +262,17 @@ MIGRATIONS: tuple[str, ...] = (
                     WHERE k.position = candidate.position
                       AND k.state IN ('pending', 'running') AND k.ready_at <= at_time
                       FOR UPDATE SKIP LOCKED)
-               AND NOT EXISTS (
+               AND NOT EXISTS (  -- "+ 0": through the thread's index, not the primary key's
                    SELECT 1 FROM {s}.inbox e
                     WHERE e.thread_id = candidate.thread_id
-                      AND e.position < candidate.position
+                      AND e.position + 0 < candidate.position
                       AND e.state IN ('pending', 'running'))
                AND NOT EXISTS (
                    SELECT 1 FROM {s}.inbox r
                     WHERE r.thread_id = candidate.thread_id AND r.state = 'running'
                       AND r.claimed_until > at_time AND r.position <> candidate.position)
             RETURNING u.* INTO claimed;
-            IF FOUND THEN
+            IF claimed.position IS NOT NULL THEN
                 RETURN NEXT claimed;
                 RETURN;
             END IF;
