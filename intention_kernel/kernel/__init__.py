@@ -35,6 +35,8 @@ from ._states import (
     StepStatus,
 )
 from ._visibility import FactType, define_fact
+from ._watch import Watched
+from ._worker import Worker, WorkerSettings
 from .approval import Approval, ConfirmationAnswer, operation_digest
 from .streaming import (
     ConfirmationHeld,
@@ -88,6 +90,9 @@ __all__ = [
     "TurnInfo",
     "TurnResult",
     "TurnUsage",
+    "Watched",
+    "Worker",
+    "WorkerSettings",
     "admit_checkpoint",
     "allow",
     "compile_manifest",

@@ -107,6 +107,15 @@ async def watch_turn(
 ) -> AsyncIterator[Watched]:
     validate_thread_id(thread_id)
     validate_turn_id(turn_id)
+    if (
+        isinstance(poll_interval, bool)
+        or not isinstance(poll_interval, int | float)
+        or not 0 < poll_interval <= 60
+    ):
+        raise InvalidInputError(
+            "poll_interval must be a number of seconds in (0, 60]",
+            context={"field": "poll_interval"},
+        )
     seq = parse_cursor(after, thread_id, turn_id)
     inbox = inbox_of(durability)
     shown = await _shown_up_to(inbox, thread_id, turn_id, seq)

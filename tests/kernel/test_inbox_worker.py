@@ -149,6 +149,10 @@ async def test_watch_refuses_a_foreign_cursor_and_an_unknown_turn(world: World) 
         async for _ in world.agent.watch(thread_id="t1", turn_id="nope"):
             pass
     assert unknown.value.code is ErrorCode.REQUEST_NOT_FOUND
+    for interval in (0, -1, float("nan"), True, 61):
+        with pytest.raises(InvalidInputError):
+            async for _ in world.agent.watch(thread_id="t1", turn_id="u1", poll_interval=interval):
+                pass
 
 
 async def test_a_retryable_failure_is_retried_with_backoff(world: World) -> None:
