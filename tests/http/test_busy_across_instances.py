@@ -10,11 +10,7 @@ each after the previous one was accepted, commit in the order they arrived."""
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,20 +21,14 @@ import httpx
 
 from intention_kernel.http import hash_token
 from tests.support.postgres import drop_schema, require_postgres, scratch_schema
-from tests.support.serving import wait_until_healthy
 
-CLI = [sys.executable, "-m", "intention_kernel.cli"]
+from .two_instances import CLI, serving_pair
+
 TOKEN = "alice-token-0001"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 ASYNC = {"Prefer": "respond-async"}
 SLOW = 4.0
 """Seconds the slow turn's model takes: far above what a refusal or a submit may take."""
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @contextmanager
@@ -50,54 +40,14 @@ def _instances(tmp_path: Path, busy: str) -> Iterator[tuple[str, str]]:
     store = f"{dsn}{'&' if '?' in dsn else '?'}schema={schema}"
     tokens = tmp_path / "tokens"
     tokens.write_text(f"alice {hash_token(TOKEN)}\n")
-    processes: list[subprocess.Popen[str]] = []
-    urls: list[str] = []
     try:
         migrated = subprocess.run(
             [*CLI, "migrate", "--store", store], capture_output=True, text=True, timeout=60
         )
         assert migrated.returncode == 0, migrated.stderr
-        for _ in range(2):
-            port = _free_port()
-            processes.append(
-                subprocess.Popen(
-                    [
-                        *CLI,
-                        "serve",
-                        "--agent",
-                        "tests.http.served_bookings:booking_agent",
-                        "--store",
-                        store,
-                        "--port",
-                        str(port),
-                        "--tokens",
-                        str(tokens),
-                        "--pool-size",
-                        "4",
-                        "--busy",
-                        busy,
-                    ],
-                    env={**os.environ, "IK_TEST_BOOKINGS": str(tmp_path / "bookings")},
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    text=True,
-                )
-            )
-            urls.append(f"http://127.0.0.1:{port}")
-        for process, url in zip(processes, urls, strict=True):
-            wait_until_healthy(process, url)
-        yield urls[0], urls[1]
-        for process in processes:
-            process.send_signal(signal.SIGTERM)
-        for process in processes:
-            _, err = process.communicate(timeout=30)
-            assert process.returncode == 0, err
-            assert "Traceback" not in err, err
+        with serving_pair(store, tokens, tmp_path / "bookings", "--busy", busy) as urls:
+            yield urls[0], urls[1]
     finally:
-        for process in processes:
-            if process.poll() is None:
-                process.kill()
-                process.communicate()
         asyncio.run(drop_schema(dsn, schema))
 
 

@@ -8,14 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
-import socket
 import subprocess
-import sys
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,21 +17,14 @@ import httpx
 
 from intention_kernel.http import hash_token
 from tests.support.postgres import drop_schema, require_postgres, scratch_schema
-from tests.support.serving import wait_until_healthy
 
 from .served_bookings import ANSWER, bookings
+from .two_instances import CLI, serving_pair
 
-CLI = [sys.executable, "-m", "intention_kernel.cli"]
 TOKEN = "alice-token-0001"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 Event = tuple[str | None, str, Any]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _read(answer: httpx.Response, limit: int | None = None) -> list[Event]:
@@ -104,53 +91,6 @@ def _rejoin(url: str, thread: str, last: str | None) -> list[Event]:
         return _read(answer)
 
 
-@contextmanager
-def _serving(store: str, tokens: Path, log: Path) -> Iterator[list[str]]:
-    """Two serve processes on ``store``: their URLs; stopped with SIGTERM (status 0)."""
-    processes = []
-    urls = []
-    try:
-        for _ in range(2):
-            port = _free_port()
-            processes.append(
-                subprocess.Popen(
-                    [
-                        *CLI,
-                        "serve",
-                        "--agent",
-                        "tests.http.served_bookings:booking_agent",
-                        "--store",
-                        store,
-                        "--port",
-                        str(port),
-                        "--tokens",
-                        str(tokens),
-                        "--pool-size",
-                        "4",
-                    ],
-                    env={**os.environ, "IK_TEST_BOOKINGS": str(log)},
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    text=True,
-                )
-            )
-            urls.append(f"http://127.0.0.1:{port}")
-        for process, url in zip(processes, urls, strict=True):
-            wait_until_healthy(process, url)
-        yield urls
-        for process in processes:
-            process.send_signal(signal.SIGTERM)
-        for process in processes:
-            _, err = process.communicate(timeout=60)
-            assert process.returncode == 0, err
-            assert "Traceback" not in err, err
-    finally:
-        for process in processes:
-            if process.poll() is None:
-                process.kill()
-                process.communicate()
-
-
 def test_a_stream_left_at_each_event_rejoins_on_the_other_instance(tmp_path: Path) -> None:
     dsn = require_postgres()
     schema = scratch_schema("ik_http_rejoin")
@@ -163,7 +103,7 @@ def test_a_stream_left_at_each_event_rejoins_on_the_other_instance(tmp_path: Pat
             [*CLI, "migrate", "--store", store], capture_output=True, text=True, timeout=60
         )
         assert migrated.returncode == 0, migrated.stderr
-        with _serving(store, tokens, log) as (first, other):
+        with serving_pair(store, tokens, log) as (first, other):
             whole = _press(first, "ref", _ask(first, "ref", 10), None)
             names = [name for _, name, _ in whole]
             assert names[:2] == ["step.started", "step.finished"], names
