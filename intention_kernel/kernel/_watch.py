@@ -123,7 +123,8 @@ async def watch_turn(
     while True:
         mark = inbox.progressed.mark()
         # Request state before progress, progress before the result: whatever is read last
-        # is at least as new as what was read before it.
+        # is at least as new as what was read before it. The result is read only once the
+        # request says done (its commit marked it) or there is none (a turn run directly).
         request = await inbox.get(thread_id, turn_id)
         entries = await inbox.read_progress(thread_id, turn_id, after=seq, limit=1000)
         for entry in entries:
@@ -142,7 +143,8 @@ async def watch_turn(
             yield Watched(cursor, item)
         if len(entries) == 1000:
             continue
-        result = await _committed(durability, thread_id, turn_id)
+        settled = request is None or request.state is RequestState.DONE
+        result = await _committed(durability, thread_id, turn_id) if settled else None
         if result is not None:
             cursor = make_cursor(thread_id, turn_id, seq)
             text = result.response.text

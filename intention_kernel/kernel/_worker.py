@@ -248,8 +248,6 @@ class Worker:
         await progress.close()
         if result.replayed:  # committed before (a direct run, or an attempt whose answer was lost)
             await self._guarded(self.inbox.mark_done(request.thread_id, request.turn_id))
-        else:
-            self.inbox.progressed.fire()
         self._metrics.done(request)
 
     def _backoff(self, attempts: int) -> float:
