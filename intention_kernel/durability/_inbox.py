@@ -16,7 +16,7 @@ from typing import Any
 
 from ..contracts import codec
 from ..contracts.codec import JsonLimits
-from ..contracts.errors import ErrorCode, InvalidInputError, UsageError
+from ..contracts.errors import ErrorCode, InvalidInputError, SerializationError, UsageError
 from ..contracts.ids import validate_id, validate_thread_id, validate_turn_id
 from ..contracts.inbox import (
     InboxRequest,
@@ -120,11 +120,10 @@ class Inbox:
             raise InvalidInputError(
                 "not_before must be a timezone-aware datetime", context={"field": "not_before"}
             )
-        for field, value in (("selection", selection), ("host_context", host_context)):
+        parts = (("selection", selection), ("host_context", host_context))
+        for field, value in parts:
             if value is not None and not isinstance(value, Mapping):
                 raise InvalidInputError(f"{field} must be a mapping", context={"field": field})
-            if value is not None:
-                codec.check(dict(value), limits=self.json_limits, what=field)
         if traceparent is not None and (
             not isinstance(traceparent, str) or not 0 < len(traceparent) <= 256
         ):
@@ -132,7 +131,13 @@ class Inbox:
                 "traceparent must be text of at most 256 characters",
                 context={"field": "traceparent"},
             )
-        payload = encode_payload(selection, host_context, traceparent)
+        try:
+            payload = encode_payload(selection, host_context, traceparent, self.json_limits)
+        except SerializationError:
+            for field, value in parts:  # the error again, naming the part that has it
+                if value is not None:
+                    codec.check(dict(value), limits=self.json_limits, what=field)
+            raise
         if len(payload.encode("utf-8")) > self.json_limits.max_bytes:
             raise InvalidInputError(
                 "the request is too large to store", context={"field": "request"}

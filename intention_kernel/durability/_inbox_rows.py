@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..contracts import codec
+from ..contracts.codec import DEFAULT_LIMITS, JsonLimits
 from ..contracts.errors import CheckpointCorruptError, SerializationError
 from ..contracts.inbox import InboxRequest, OperatorAction, ProgressEntry, RequestState
 
@@ -52,6 +53,7 @@ def encode_payload(
     selection: Mapping[str, Any] | None,
     host_context: Mapping[str, Any] | None,
     traceparent: str | None = None,
+    limits: JsonLimits = DEFAULT_LIMITS,
 ) -> str:
     """The stored JSON of what a request carries besides its text."""
     payload: dict[str, Any] = {
@@ -60,7 +62,7 @@ def encode_payload(
     }
     if traceparent is not None:
         payload["traceparent"] = traceparent
-    return codec.encode(payload, what="turn request")
+    return codec.encode(payload, limits=limits, what="turn request")
 
 
 def encode_log(actions: Sequence[OperatorAction]) -> str:
