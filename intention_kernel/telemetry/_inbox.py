@@ -16,11 +16,9 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from ..__version__ import __version__
 from ..contracts.inbox import InboxRequest, InboxStats, RequestState
 from . import _otel
 from ._common import Attributes
-from ._otel import SCOPE
 
 _WAIT_BOUNDS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 3600)
 """``ik.inbox.wait`` buckets (s): an idle worker claims in milliseconds; a backlog makes
@@ -145,13 +143,7 @@ class InboxBacklog:
         self.inbox = inbox
         self.stats: InboxStats | None = None
         if _otel.AVAILABLE:
-            meter = _otel.metrics.get_meter(
-                SCOPE,
-                __version__,
-                meter_provider=meter_provider
-                if isinstance(meter_provider, _otel.MeterProvider)
-                else None,
-            )
+            meter = _otel.library_meter(meter_provider)
             meter.create_observable_gauge(
                 "ik.inbox.requests",
                 callbacks=[self._observe_requests],

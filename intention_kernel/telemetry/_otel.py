@@ -3,6 +3,10 @@ installed; the other modules reach its API only through this one, and only when 
 
 from __future__ import annotations
 
+from typing import Any
+
+from ..__version__ import __version__
+
 try:
     from opentelemetry import context, metrics, propagate, trace
     from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
@@ -23,6 +27,7 @@ __all__ = [
     "StatusCode",
     "TracerProvider",
     "context",
+    "library_meter",
     "metrics",
     "propagate",
     "trace",
@@ -30,3 +35,13 @@ __all__ = [
 
 SCOPE = "intention_kernel"
 """The instrumentation scope name of every tracer and meter here."""
+
+
+def library_meter(provider: object | None) -> Any:
+    """The library's meter from ``provider`` (a ``MeterProvider``), else from the global one.
+    Call only when ``AVAILABLE``."""
+    return metrics.get_meter(
+        SCOPE,
+        __version__,
+        meter_provider=provider if isinstance(provider, MeterProvider) else None,
+    )

@@ -7,10 +7,8 @@ import contextlib
 from collections.abc import Iterable
 from typing import Protocol
 
-from ..__version__ import __version__
 from ..contracts.receipts import EffectReceipt, ReceiptStatus
 from . import _otel
-from ._otel import SCOPE
 
 
 class ReceiptLister(Protocol):
@@ -39,13 +37,7 @@ class UncertainReceipts:
         self.limit = limit
         self.count: int | None = None
         if _otel.AVAILABLE:
-            meter = _otel.metrics.get_meter(
-                SCOPE,
-                __version__,
-                meter_provider=meter_provider
-                if isinstance(meter_provider, _otel.MeterProvider)
-                else None,
-            )
+            meter = _otel.library_meter(meter_provider)
             meter.create_observable_gauge(
                 "ik.receipts.uncertain",
                 callbacks=[self._observe],

@@ -5,10 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
-from ..__version__ import __version__
 from ..contracts.events import KernelEvent
 from . import _otel
-from ._otel import SCOPE
 
 
 class RelayTelemetry:
@@ -22,13 +20,7 @@ class RelayTelemetry:
         self.enabled = _otel.AVAILABLE
         if not _otel.AVAILABLE:
             return
-        meter = _otel.metrics.get_meter(
-            SCOPE,
-            __version__,
-            meter_provider=meter_provider
-            if isinstance(meter_provider, _otel.MeterProvider)
-            else None,
-        )
+        meter = _otel.library_meter(meter_provider)
         self._lag = meter.create_histogram(
             "ik.relay.delivery.lag",
             unit="s",

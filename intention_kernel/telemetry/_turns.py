@@ -104,13 +104,7 @@ class Telemetry:
             if isinstance(tracer_provider, _otel.TracerProvider)
             else None,
         )
-        meter = _otel.metrics.get_meter(
-            SCOPE,
-            __version__,
-            meter_provider=meter_provider
-            if isinstance(meter_provider, _otel.MeterProvider)
-            else None,
-        )
+        meter = _otel.library_meter(meter_provider)
         self._meter = meter
         self._durations = meter.create_histogram(
             "ik.turn.duration",
