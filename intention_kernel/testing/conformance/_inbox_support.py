@@ -4,13 +4,11 @@ tables, the concurrent claim program, and the tests of what the inbox reports (`
 from __future__ import annotations
 
 import asyncio
-import functools
 import random
-from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 import pytest
 
@@ -18,6 +16,7 @@ from ...contracts.durability import DurabilityStore, TurnScope
 from ...contracts.errors import ErrorCode, InvalidIdError, InvalidInputError, UsageError
 from ...contracts.inbox import InboxRequest, RequestState
 from ...durability._inbox import Inbox
+from ._harness import StoreHarness, harness_test
 from ._support import make_result
 
 __all__ = [
@@ -55,7 +54,7 @@ class InboxStore(DurabilityStore, Protocol):
     def inbox(self) -> Inbox: ...
 
 
-class InboxHarness(ABC):
+class InboxHarness(StoreHarness[InboxStore]):
     """Opens stores over one test's storage; calling ``open()`` again models a restart."""
 
     claim_ttl: float = 0.4
@@ -71,26 +70,6 @@ class InboxHarness(ABC):
     claim_programs: int = 3
     """How many seeded concurrent claim programs the concurrency test runs."""
 
-    def __init__(self) -> None:
-        self._opened: list[InboxStore] = []
-
-    async def open(self) -> InboxStore:
-        store = await self._open()
-        self._opened.append(store)
-        return store
-
-    async def close_all(self) -> None:
-        while self._opened:
-            await self._opened.pop().close()
-        await self._cleanup()
-
-    @abstractmethod
-    async def _open(self) -> InboxStore:
-        """A new store instance over this test's storage."""
-
-    async def _cleanup(self) -> None:  # noqa: B027 - optional hook
-        """Drop this test's storage (optional)."""
-
     async def corrupt_request(
         self, thread_id: str, turn_id: str, payload: str = UNREADABLE_PAYLOAD
     ) -> None:
@@ -99,26 +78,8 @@ class InboxHarness(ABC):
         pytest.skip(f"{type(self).__name__} cannot write raw request rows")
 
 
-H = TypeVar("H", bound=InboxHarness)
-
-
-def inbox_test(
-    fn: Callable[[Any, H], Coroutine[Any, Any, None]],
-) -> Callable[[Any, H], None]:
-    """Run an ``async`` test body in a fresh event loop and close what it opened."""
-
-    @functools.wraps(fn)
-    def wrapper(self: Any, inbox_harness: H) -> None:
-        async def main() -> None:
-            try:
-                await fn(self, inbox_harness)
-            finally:
-                await inbox_harness.close_all()
-
-        asyncio.run(main())
-
-    del wrapper.__wrapped__  # pytest must see the ``inbox_harness`` fixture name
-    return wrapper
+inbox_test = harness_test("inbox_harness")
+"""Run an ``async`` test body in a fresh event loop and close what it opened."""
 
 
 async def submit(store: InboxStore, thread_id: str, turn_id: str, **options: Any) -> InboxRequest:

@@ -27,17 +27,15 @@ in a fresh event loop, so no asyncio pytest plugin is needed.
 from __future__ import annotations
 
 import asyncio
-import functools
 import random
-from abc import ABC, abstractmethod
-from collections.abc import Callable, Coroutine
-from typing import Any, Protocol, TypeVar
+from typing import Protocol
 
 import pytest
 
 from ...contracts.durability import DurabilityStore, TurnScope
 from ...contracts.events import StoredEvent
 from ...contracts.outbox import OutboxSource
+from ._harness import StoreHarness, harness_test
 from ._support import make_events, make_result
 
 __all__ = [
@@ -53,10 +51,7 @@ class OutboxStore(DurabilityStore, OutboxSource, Protocol):
     """A durable store that relays can read its outbox from."""
 
 
-H = TypeVar("H", bound="OutboxHarness")
-
-
-class OutboxHarness(ABC):
+class OutboxHarness(StoreHarness[OutboxStore]):
     """Opens stores over one test's storage; calling ``open()`` again models a restart."""
 
     claim_ttl: float = 0.4
@@ -65,44 +60,9 @@ class OutboxHarness(ABC):
     random_programs: int = 3
     """How many seeded random operation sequences the claim-rule test runs."""
 
-    def __init__(self) -> None:
-        self._opened: list[OutboxStore] = []
 
-    async def open(self) -> OutboxStore:
-        store = await self._open()
-        self._opened.append(store)
-        return store
-
-    async def close_all(self) -> None:
-        while self._opened:
-            await self._opened.pop().close()
-        await self._cleanup()
-
-    @abstractmethod
-    async def _open(self) -> OutboxStore:
-        """A new store instance over this test's storage."""
-
-    async def _cleanup(self) -> None:  # noqa: B027 - optional hook
-        """Drop this test's storage (optional)."""
-
-
-def outbox_test(
-    fn: Callable[[Any, H], Coroutine[Any, Any, None]],
-) -> Callable[[Any, H], None]:
-    """Run an ``async`` test body in a fresh event loop and close what it opened."""
-
-    @functools.wraps(fn)
-    def wrapper(self: Any, outbox_harness: H) -> None:
-        async def main() -> None:
-            try:
-                await fn(self, outbox_harness)
-            finally:
-                await outbox_harness.close_all()
-
-        asyncio.run(main())
-
-    del wrapper.__wrapped__  # pytest must see the ``outbox_harness`` fixture name
-    return wrapper
+outbox_test = harness_test("outbox_harness")
+"""Run an ``async`` test body in a fresh event loop and close what it opened."""
 
 
 async def commit_events(store: DurabilityStore, thread_id: str, turn_id: str, count: int) -> None:
