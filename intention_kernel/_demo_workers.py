@@ -53,6 +53,28 @@ async def run_worker(directory: Path, thread: str, turn_id: str, text: str) -> N
     )
 
 
+async def _kill_after(*arguments: str, lines: int) -> tuple[int, list[str]]:
+    """Start a demo worker process (``python -m intention_kernel.demo`` with ``arguments``),
+    read the first ``lines`` it prints, then ``kill -9`` it: no cleanup code runs in it.
+    Returns its pid and what it printed."""
+    worker = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "intention_kernel.demo", *arguments, stdout=asyncio.subprocess.PIPE
+    )
+    try:
+        assert worker.stdout is not None
+        said = [
+            (await asyncio.wait_for(worker.stdout.readline(), 30)).decode().strip()
+            for _ in range(lines)
+        ]
+        os.kill(worker.pid, signal.SIGKILL)
+        await asyncio.wait_for(worker.wait(), 30)
+    finally:
+        if worker.returncode is None:
+            worker.kill()
+            await worker.wait()
+    return worker.pid, said
+
+
 async def kill_mid_turn(talk: Conversation, store: DurabilityStore, directory: Path) -> None:
     """Promise 3: a worker process killed with SIGKILL mid-turn loses nothing committed, leaves
     nothing half-written, and the same turn delivered again runs once."""
@@ -64,22 +86,9 @@ async def kill_mid_turn(talk: Conversation, store: DurabilityStore, directory: P
     talk.turns += 1
     turn_id, text = f"turn-{talk.turns}", "Is breakfast included?"
     line("user", f"{text}  (this turn runs in a worker process)")
-    worker = await asyncio.create_subprocess_exec(
-        *(sys.executable, "-m", "intention_kernel.demo", "--worker", str(directory)),
-        *(thread, turn_id),
-        stdout=asyncio.subprocess.PIPE,
-    )
-    try:
-        assert worker.stdout is not None
-        started = await asyncio.wait_for(worker.stdout.readline(), 30)
-        check(started.decode().strip() == MID_TURN, "the worker started the turn")
-        os.kill(worker.pid, signal.SIGKILL)  # kill -9: no cleanup code runs in the worker
-        await asyncio.wait_for(worker.wait(), 30)
-    finally:
-        if worker.returncode is None:
-            worker.kill()
-            await worker.wait()
-    note(f"worker pid {worker.pid} killed with SIGKILL while its turn was running")
+    pid, said = await _kill_after("--worker", str(directory), thread, turn_id, lines=1)
+    check(said == [MID_TURN], "the worker started the turn")
+    note(f"worker pid {pid} killed with SIGKILL while its turn was running")
     note("(it was inside the model call, holding the thread's lease)")
     after = await store.load_checkpoint(thread)
     kept = len(await store.list_turns(thread, limit=1000))
@@ -152,22 +161,9 @@ async def finish_submitted_turn(
         host_context={"actor": ACTOR, "tenant": TENANT},
     )
     note(f"request {turn_id}: {request.state} at position {request.position}")
-    worker = await asyncio.create_subprocess_exec(
-        *(sys.executable, "-m", "intention_kernel.demo", "--inbox-worker", str(directory)),
-        stdout=asyncio.subprocess.PIPE,
-    )
-    try:
-        assert worker.stdout is not None
-        said = [(await asyncio.wait_for(worker.stdout.readline(), 30)).decode().strip()]
-        said.append((await asyncio.wait_for(worker.stdout.readline(), 30)).decode().strip())
-        check(said == [BOOKED, MID_TURN], "the worker booked, then composed the answer")
-        os.kill(worker.pid, signal.SIGKILL)
-        await asyncio.wait_for(worker.wait(), 30)
-    finally:
-        if worker.returncode is None:
-            worker.kill()
-            await worker.wait()
-    note(f"worker pid {worker.pid} made the booking, then was killed with SIGKILL")
+    pid, said = await _kill_after("--inbox-worker", str(directory), lines=2)
+    check(said == [BOOKED, MID_TURN], "the worker booked, then composed the answer")
+    note(f"worker pid {pid} made the booking, then was killed with SIGKILL")
     note("a second worker (here) claims the request once the dead worker's claim expires")
     second = talk.agent.worker(claim_ttl=1.0, poll_interval=0.05)
     running = asyncio.get_running_loop().create_task(second.run())
