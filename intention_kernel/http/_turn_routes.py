@@ -13,6 +13,7 @@ from starlette.responses import JSONResponse, Response
 
 from ..contracts.errors import ErrorCode
 from ..contracts.ids import validate_turn_id
+from ..contracts.inbox import RequestState
 from ._follow import follow_stream
 from ._problems import HttpProblem
 from ._service import Service, _shutting_down
@@ -32,7 +33,9 @@ async def get_turn(service: Service, request: Request) -> Response:
     _, thread_id = await service.thread(request, "read")
     turn_id = validate_turn_id(request.path_params["turn_id"])
     found = None if service.inbox is None else await service.inbox.get(thread_id, turn_id)
-    stored = await service.store.get_turn(thread_id, turn_id)
+    # Done iff committed: the result is read only for a done request (or a turn without one).
+    settled = found is None or found.state is RequestState.DONE
+    stored = await service.store.get_turn(thread_id, turn_id) if settled else None
     if found is None and stored is None and not service.turns.in_flight((thread_id, turn_id)):
         raise _not_found()
     return JSONResponse(request_body(thread_id, turn_id, found, stored))
