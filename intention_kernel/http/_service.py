@@ -18,7 +18,7 @@ from ..kernel import CompiledAgent
 from ._auth import Authenticator, Authorizer, Principal, resolve
 from ._problems import RETRY_SAME_KEY, HttpProblem
 from ._running import RunningTurns
-from ._workers import InProcessWorkers, inbox_of
+from ._workers import InProcessWorkers
 
 __all__ = ["BUSY_POLICIES", "SERVICE_STATE", "Service"]
 
@@ -75,7 +75,7 @@ class Service:
         self.shutdown_grace = shutdown_grace
         self.busy = busy
         self.turns = RunningTurns()
-        self.inbox: TurnInbox | None = inbox_of(agent.durability)
+        self.inbox: TurnInbox | None = agent.inbox
         settings = dict(worker_settings or {})
         self.workers = InProcessWorkers(agent, workers, settings, shutdown_grace)
         poll = settings.get("poll_interval")

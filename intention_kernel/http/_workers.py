@@ -15,25 +15,14 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from ..contracts.durability import Durability
-from ..contracts.errors import ConfigurationError, KernelError
-from ..contracts.inbox import TurnInbox
+from ..contracts.errors import ConfigurationError
 from ..kernel import CompiledAgent
 
-__all__ = ["InProcessWorkers", "inbox_of"]
+__all__ = ["InProcessWorkers"]
 
 logger = logging.getLogger("intention_kernel.http")
 
 MAX_WORKERS = 64
-
-
-def inbox_of(durability: Durability) -> TurnInbox | None:
-    """The store's turn inbox, or ``None`` for a store without one."""
-    try:
-        inbox = getattr(durability, "inbox", None)
-    except KernelError:  # a store composed without the role answers NOT_SUPPORTED
-        return None
-    return inbox if isinstance(inbox, TurnInbox) else None
 
 
 class _Worker(Protocol):
@@ -60,7 +49,7 @@ class InProcessWorkers:
                 context={"setting": "workers"},
             )
         self.agent = agent
-        self.count = count if inbox_of(agent.durability) is not None else 0
+        self.count = count if agent.inbox is not None else 0
         self.settings: dict[str, Any] = {"grace": max(grace, 0.01), **settings}
         if self.count:
             agent.worker(**self.settings)  # refuses bad settings now (ConfigurationError)

@@ -23,7 +23,7 @@ from ..contracts.durability import Durability, TurnScope
 from ..contracts.errors import TurnTimeoutError
 from ..contracts.events import EventCategory, KernelEvent
 from ..contracts.ids import validate_thread_id, validate_turn_id
-from ..contracts.inbox import InboxRequest
+from ..contracts.inbox import InboxRequest, TurnInbox
 from ..contracts.receipts import EffectReceipt
 from ..contracts.sinks import EventSink
 from ..contracts.turns import DurableTurnResult
@@ -103,6 +103,11 @@ class CompiledAgent:
         """The store the agent's turns commit to (the HTTP service reads threads from it)."""
         return self._durability
 
+    @property
+    def inbox(self) -> TurnInbox | None:
+        """The store's turn inbox, or ``None`` for a store without one."""
+        return self._inbox
+
     def with_durability(self, durability: Durability) -> CompiledAgent:
         """The same agent (definition, model routes, ports, compatibility, sinks) committing its
         turns to ``durability``: ``intention-kernel serve`` runs a module's compiled agent on
@@ -169,10 +174,9 @@ class CompiledAgent:
     ) -> InboxRequest:
         """Record the turn in the store's inbox and return at once; a worker runs it.
 
-        Idempotent on the ids (``TURN_ID_REUSED`` for another request under them); the same
-        turn as a direct ``run`` of those ids. ``host_context`` must be JSON here (it is
-        stored); ``not_before`` (timezone-aware) delays it. See ``docs/inbox.md``.
-        """
+        Idempotent on the ids (``TURN_ID_REUSED`` for another request); the same turn as a
+        direct ``run``. ``host_context`` must be JSON (it is stored); ``not_before`` (aware)
+        delays it. See ``docs/inbox.md``."""
         return await submit_request(
             self._durability,
             self._runtime.limits,
