@@ -17,6 +17,8 @@ from typing import Any
 PG_STATEMENTS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("claim", re.compile(r"\.inbox_claim\(")),
     ("submit", re.compile(r"\bWITH existing AS\b")),
+    ("submit that claims", re.compile(r"\.inbox_submit_claimed\(")),
+    ("turn commit", re.compile(r"\bhead AS\b")),  # it may write progress items too
     ("progress append", re.compile(r"INSERT INTO \S+\.progress\b")),
     ("read progress", re.compile(r"SELECT seq, item FROM")),
     ("renew", re.compile(r"SET claimed_until = clock_timestamp\(\)")),
@@ -24,7 +26,6 @@ PG_STATEMENTS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("release", re.compile(r"THEN 'dead' ELSE 'pending'")),
     ("get request", re.compile(r"FROM \S+\.inbox WHERE thread_id = \$1 AND turn_id = \$2")),
     ("turn open", re.compile(r"\bacquired AS\b")),
-    ("turn commit", re.compile(r"\bhead AS\b")),
     ("lease renew", re.compile(r"\.leases SET expires_at = clock_timestamp\(\)")),
     ("lease release", re.compile(r"\.leases SET expires_at = '-infinity'")),
     ("read turn", re.compile(r"FROM \S+\.turns WHERE thread_id = \$1 AND turn_id = \$2")),
@@ -84,6 +85,8 @@ def sqlite_unit_kind(unit: Sequence[str]) -> str:
         if marker in text:
             if name == "claim" and "SET state = 'running'" not in text:
                 return "empty claim"
+            if name == "submit" and "'running'" in text:
+                return "submit that claims"
             return name
     return "other"
 
@@ -123,7 +126,15 @@ def median(values: Sequence[float | None]) -> float | None:
     return round(statistics.median(present), 3) if present else None
 
 
-PARTS = ("submit", "claim", "empty claim", "progress append", "get request", "release")
+PARTS = (
+    "submit",
+    "submit that claims",
+    "claim",
+    "empty claim",
+    "progress append",
+    "get request",
+    "release",
+)
 
 
 def strace_fsyncs(text: str) -> int:

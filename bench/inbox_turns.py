@@ -428,6 +428,17 @@ async def _parts_child(spec: dict[str, Any], store: Any) -> None:
         async def submit(i: int, keys: list[tuple[str, str]] = keys) -> None:
             await agent.submit(thread_id=keys[i][0], turn_id=keys[i][1], text=TEXT)
 
+        async def submit_claiming(i: int, keys: list[tuple[str, str]] = keys) -> None:
+            # As ``agent.submit`` does for a worker of this process with a free slot.
+            await inbox.submit(
+                f"{keys[i][0]}-c",
+                "u1",
+                text=TEXT,
+                fingerprint="bench",
+                claimer=worker,
+                claim_ttl=3600,
+            )
+
         async def claim(_: int, held: list[InboxRequest] = held) -> None:
             found = await inbox.claim(worker, ttl=3600)
             assert found is not None, "nothing to claim"
@@ -455,6 +466,7 @@ async def _parts_child(spec: dict[str, Any], store: Any) -> None:
 
         operations: dict[str, Callable[[int], Awaitable[None]]] = {
             "submit": submit,
+            "submit that claims": submit_claiming,
             "claim": claim,
             "release": release,
             "empty claim": empty,

@@ -1,18 +1,20 @@
-"""``inbox list|stats|retry|cancel``: the store's submitted turn requests, for operators.
+"""``inbox list|stats|retry|cancel|notify``: the store's submitted turn requests, for operators.
 
 Why ``retry`` and ``cancel`` need ``--actor`` and ``--note``: each is kept on the request as an
 audit record (``operator_log``), as a reconciliation is. The store refuses an unknown request
 (``REQUEST_NOT_FOUND``) and one in a state the action does not apply to
 (``REQUEST_STATE_CONFLICT``: only a dead or pending request is retried, only a pending one is
 cancelled); both are usage errors, exit 2. Listing shows each request's state and history, never
-its payload (the user's text and the host context stay in the store).
+its payload (the user's text and the host context stay in the store). ``notify`` switches
+PostgreSQL's NOTIFY triggers, a setting of the schema (every process shares it), so it is set
+once from here rather than by each worker.
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol, runtime_checkable
 
 import typer
 
@@ -61,6 +63,18 @@ _COLUMNS = (
 )
 
 
+@runtime_checkable
+class _NotifySwitch(Protocol):
+    async def set_inbox_notify(self, enabled: bool) -> None: ...
+
+    async def inbox_notify_enabled(self) -> bool: ...
+
+
+class Switch(StrEnum):
+    on = "on"
+    off = "off"
+
+
 class StateChoice(StrEnum):
     pending = "pending"
     running = "running"
@@ -73,6 +87,7 @@ def register(app: typer.Typer) -> None:
     inbox_app.command("stats")(stats)
     inbox_app.command("retry")(retry)
     inbox_app.command("cancel")(cancel)
+    inbox_app.command("notify")(notify)
     app.add_typer(inbox_app, name="inbox")
 
 
@@ -250,3 +265,35 @@ def _act(
             markup=False,
         ),
     )
+
+
+def notify(
+    switch: Annotated[
+        Switch | None,
+        typer.Argument(
+            help="on or off; without it, whether the triggers are on.", metavar="[on|off]"
+        ),
+    ] = None,
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """PostgreSQL: install (on) or drop (off) the triggers that NOTIFY workers and watchers of
+    other processes (stores opened with ?listen=1) of submits, finished requests and progress.
+    Off by default: a notifying commit serializes with the others (docs/postgres.md)."""
+
+    async def body() -> dict[str, Any]:
+        async with open_store(store) as opened:
+            if not isinstance(opened, _NotifySwitch):
+                raise UsageError(
+                    f"the {type(opened).__name__} store has no NOTIFY triggers (PostgreSQL only;"
+                    " other stores' workers and watchers poll)",
+                    code=ErrorCode.NOT_SUPPORTED,
+                    context={"role": "inbox notify"},
+                )
+            if switch is not None:
+                await opened.set_inbox_notify(switch is Switch.on)
+            return {"inbox_notify": await opened.inbox_notify_enabled()}
+
+    data = run(as_json, body)
+    state = "on" if data["inbox_notify"] else "off"
+    emit(as_json, data, lambda: out.print(f"inbox notify: {state}", markup=False))

@@ -111,8 +111,18 @@ class TurnScope(Protocol):
         under the codec's rule (``SerializationError`` otherwise, before any write)."""
         ...
 
-    async def commit(self, result: DurableTurnResult, outbox: Sequence[KernelEvent] = ()) -> None:
-        """Atomically commit result, successor checkpoint and outbox events (rule 5)."""
+    async def commit(
+        self,
+        result: DurableTurnResult,
+        outbox: Sequence[KernelEvent] = (),
+        *,
+        progress: Sequence[str] = (),
+    ) -> None:
+        """Atomically commit result, successor checkpoint and outbox events (rule 5).
+
+        ``progress``: the last items of the turn's progress log (JSON texts, see
+        ``contracts.inbox``), written by the same transaction instead of a statement of their
+        own; advisory, like every progress item."""
         ...
 
     async def receipts(self, idempotency_keys: Sequence[str]) -> list[EffectReceipt]:

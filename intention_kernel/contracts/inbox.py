@@ -156,6 +156,8 @@ class TurnInbox(Protocol):
         host_context: Mapping[str, Any] | None = None,
         not_before: datetime | None = None,
         traceparent: str | None = None,
+        claimer: str | None = None,
+        claim_ttl: float = 30.0,
     ) -> InboxRequest: ...
 
     async def get(self, thread_id: str, turn_id: str) -> InboxRequest | None: ...

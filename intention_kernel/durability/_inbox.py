@@ -33,8 +33,7 @@ from ._writes import utc_now
 
 __all__ = ["Inbox", "Signal"]
 
-MAX_PROGRESS_ITEMS = 1000
-"""Items one ``append_progress`` call may carry."""
+MAX_PROGRESS_ITEMS = _turns.MAX_PROGRESS_ITEMS
 
 
 class Signal:
@@ -84,6 +83,14 @@ class Inbox:
         self.progressed = Signal()
         """Fired by every progress append and request change in this process (wakes watchers)."""
 
+    def wake(self, *, workers: bool, watchers: bool) -> None:
+        """Fire the wake-ups for a write another process made, as the backend heard of it
+        (PostgreSQL's ``LISTEN``), so this process's workers and watchers need not poll."""
+        if workers:
+            self.submitted.fire()
+        if watchers:
+            self.progressed.fire()
+
     # ---------------------------------------------------------------- requests
 
     async def submit(
@@ -97,10 +104,16 @@ class Inbox:
         host_context: Mapping[str, Any] | None = None,
         not_before: datetime | None = None,
         traceparent: str | None = None,
+        claimer: str | None = None,
+        claim_ttl: float = 30.0,
     ) -> InboxRequest:
         """Record a turn request (idempotent on its ids); ``TURN_ID_REUSED`` if the id was
         submitted or committed with another request. Returns what is stored: for a turn that
-        committed without a request row, a ``done`` request at position 0."""
+        committed without a request row, a ``done`` request at position 0.
+
+        ``claimer``: a worker of this process with a free slot; a request due now on a thread
+        with nothing open comes back ``running``, claimed by it for ``claim_ttl`` seconds
+        (the worker runs it without a claim of its own)."""
         validate_thread_id(thread_id)
         validate_turn_id(turn_id)
         if not isinstance(fingerprint, str) or not fingerprint or len(fingerprint) > 256:
@@ -142,16 +155,19 @@ class Inbox:
             raise InvalidInputError(
                 "the request is too large to store", context={"field": "request"}
             )
+        if claimer is not None:
+            claimer = validate_id(claimer, "claimer")
+            claim_ttl = _ttl(claim_ttl)
         self._check_open()
         found = await self.storage.submit(
-            NewRequest(thread_id, turn_id, text, payload, checked, not_before)
+            NewRequest(thread_id, turn_id, text, payload, checked, not_before, claimer, claim_ttl)
         )
         if found.request is not None:
             _turns.check_fingerprint(
                 found.request.fingerprint, checked, thread_id=thread_id, turn_id=turn_id
             )
-            if found.inserted:
-                self.submitted.fire()
+            if found.inserted and found.request.state is RequestState.PENDING:
+                self.submitted.fire()  # a request its claimer runs needs no other worker
             return found.request
         _turns.check_fingerprint(
             found.committed_fingerprint, checked, thread_id=thread_id, turn_id=turn_id

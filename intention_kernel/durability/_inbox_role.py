@@ -26,7 +26,11 @@ __all__ = ["InboxStorage", "NewRequest", "Submitted"]
 @dataclass(frozen=True, slots=True)
 class NewRequest:
     """A checked request to record: ``payload`` is the codec's JSON text of
-    ``{"selection": ..., "host_context": ...}``; ``not_before`` ``None`` means due now."""
+    ``{"selection": ..., "host_context": ...}``; ``not_before`` ``None`` means due now.
+
+    ``claimer``: a worker of the submitting process with a free slot. A request due now whose
+    thread has no open request is then stored already claimed by it (``running``, attempt 1,
+    for ``claim_ttl`` seconds): the submit is also the claim, one write instead of two."""
 
     thread_id: str
     turn_id: str
@@ -34,6 +38,8 @@ class NewRequest:
     payload: str
     fingerprint: str
     not_before: datetime | None
+    claimer: str | None = None
+    claim_ttl: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +58,9 @@ class InboxStorage(Protocol):
 
     async def submit(self, request: NewRequest) -> Submitted:
         """Insert the request unless a request or a committed turn has its id (atomically:
-        two submits of one id insert one row); return what is stored."""
+        two submits of one id insert one row); return what is stored. With a ``claimer``, a
+        due request is inserted claimed by it when no request of its thread is open (checked
+        under the same exclusion as a claim's, so a thread's order holds)."""
         ...
 
     async def claim(self, worker_id: str, ttl: float) -> InboxRequest | None:

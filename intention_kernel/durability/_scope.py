@@ -304,7 +304,13 @@ class TurnScopeImpl(Generic[LeaseT]):
                 found.append(receipt)
         return found
 
-    async def commit(self, result: DurableTurnResult, outbox: Sequence[KernelEvent] = ()) -> None:
+    async def commit(
+        self,
+        result: DurableTurnResult,
+        outbox: Sequence[KernelEvent] = (),
+        *,
+        progress: Sequence[str] = (),
+    ) -> None:
         self._ensure_live("commit")
         if self._committed:
             raise _turns.already_committed(self.thread_id, self._turn_id)
@@ -329,6 +335,7 @@ class TurnScopeImpl(Generic[LeaseT]):
         result_json = encode_model(result, limits=limits, what="turn result")
         events_json = [encode_model(e, limits=limits, what="outbox event") for e in events]
         _turns.check_outbox_size(events_json, limits=limits)
+        progress = _turns.check_progress(progress)
         self._committed = True
         try:
             _, cancel = await settle(
@@ -341,6 +348,7 @@ class TurnScopeImpl(Generic[LeaseT]):
                         events_json=events_json,
                         fingerprint=self._fingerprint,
                         loaded_revision=self.loaded_revision,
+                        progress=progress,
                     ),
                 )
             )

@@ -15,11 +15,13 @@ from ..contracts.turns import DurableTurnResult
 
 __all__ = [
     "MAX_FINGERPRINT_LENGTH",
+    "MAX_PROGRESS_ITEMS",
     "MAX_SEQUENCE",
     "already_committed",
     "check_fingerprint",
     "check_outbox",
     "check_outbox_size",
+    "check_progress",
     "check_result",
     "check_revision",
     "validate_fingerprint",
@@ -172,6 +174,24 @@ def _duplicate(what: str, event_id: str, sequence: int, reason: str) -> InvalidI
         code=ErrorCode.DUPLICATE_EVENT,
         context={"event_id": event_id, "sequence": sequence, "reason": reason},
     )
+
+
+MAX_PROGRESS_ITEMS = 1000
+"""Progress items one write (an append, a commit) may carry."""
+
+
+def check_progress(items: Any) -> list[str]:
+    """A commit's progress items: a sequence of at most ``MAX_PROGRESS_ITEMS`` texts."""
+    if isinstance(items, str | bytes) or not isinstance(items, Sequence):
+        raise InvalidInputError(
+            "progress must be a sequence of texts", context={"field": "progress"}
+        )
+    checked = list(items)
+    if len(checked) > MAX_PROGRESS_ITEMS or not all(isinstance(i, str) for i in checked):
+        raise InvalidInputError(
+            f"progress must be at most {MAX_PROGRESS_ITEMS} texts", context={"field": "progress"}
+        )
+    return checked
 
 
 def check_outbox_size(events_json: Sequence[str], *, limits: JsonLimits) -> None:

@@ -12,6 +12,7 @@ cancellation leaves it; the facade and the turn scope settle their own writes th
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
@@ -88,6 +89,8 @@ class TurnCommit:
     events_json: list[str]
     fingerprint: str | None
     loaded_revision: int
+    progress: Sequence[str] = ()
+    """Progress items appended to the turn's log by the commit (stores with an inbox)."""
 
     @property
     def thread_id(self) -> str:

@@ -10,7 +10,6 @@ interrupted attempt showed.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 
@@ -34,6 +33,8 @@ log = logging.getLogger("intention_kernel.inbox")
 MAX_BYTES = 256 * 1024
 """Progress kept per turn attempt; later items are dropped (the result is still complete)."""
 ATTEMPT = "attempt"
+MAX_ITEMS = 1000
+"""Items one write carries (the store's limit per append or commit)."""
 _FLUSH_SECONDS = 0.05
 
 
@@ -91,40 +92,81 @@ def decode_item(item: dict[str, JsonValue]) -> StreamItem | None:
 
 
 class ProgressLog:
-    """Collects one turn attempt's stream items and writes them to the inbox in batches."""
+    """Collects one turn attempt's stream items and writes them to the inbox in batches.
+
+    Nothing is written while a batch gathers (``_FLUSH_SECONDS``); a turn that commits within
+    that time hands everything to its commit (``for_commit``) and writes no batch of its own."""
 
     def __init__(self, inbox: TurnInbox, thread_id: str, turn_id: str, attempt: int) -> None:
         self._inbox = inbox
         self._key = (thread_id, turn_id)
         self._pending: list[str] = [json.dumps({"type": ATTEMPT, "attempt": attempt})]
+        self._text: list[str] = []  # text deltas not yet in ``_pending``: one item when they go
+        self._restarted = False
         self._budget = MAX_BYTES
-        self._wake = asyncio.Event()
-        self._closing = asyncio.Event()
         self._lock = asyncio.Lock()
-        self._writer = asyncio.get_running_loop().create_task(self._write_batches())
+        self._timer: asyncio.TimerHandle | None = None
+        self._writer: asyncio.Task[None] | None = None
 
     def add(self, item: StreamItem) -> None:
-        """The listener of the turn's ``Progress``: buffer, never block the turn."""
+        """The listener of the turn's ``Progress``: buffer, never block the turn. Text deltas
+        that arrive between two writes become one item (a ``restarted`` one begins another)."""
         if isinstance(item, TurnCompleted):
             return
-        text = json.dumps(encode_item(item), ensure_ascii=False)
+        if isinstance(item, TextDelta):
+            if item.restarted:
+                self._close_text()
+                self._restarted = True
+            self._text.append(item.text)
+        else:
+            self._close_text()
+            self._keep(encode_item(item))
+        if self._timer is None and self._writer is None:
+            self._timer = asyncio.get_running_loop().call_later(_FLUSH_SECONDS, self._start)
+
+    def _close_text(self) -> None:
+        if self._text:
+            text, self._text = "".join(self._text), []
+            self._keep(encode_item(TextDelta(text, self._restarted)))
+            self._restarted = False
+
+    def _keep(self, item: dict[str, JsonValue]) -> None:
+        text = json.dumps(item, ensure_ascii=False)
         size = len(text.encode("utf-8", "surrogatepass"))
         if size > self._budget:
             self._budget = 0
             return
         self._budget -= size
         self._pending.append(text)
-        self._wake.set()
 
-    async def flush(self) -> None:
-        """Write everything buffered so far (bounded; progress is advisory)."""
-        while self._pending:
+    def _start(self) -> None:
+        self._timer = None
+        self._writer = asyncio.get_running_loop().create_task(self._write_all())
+
+    async def _write_all(self) -> None:
+        try:
+            while self._pending or self._text:
+                await self._write()
+        finally:
+            self._writer = None
+
+    async def for_commit(self) -> list[str]:
+        """Hand the last batch to the turn's commit (``Progress.before_commit``), once any
+        batch being written has landed (the store numbers a turn's entries in order)."""
+        self._stop_timer()
+        self._close_text()
+        while len(self._pending) > MAX_ITEMS:
             await self._write()
+        async with self._lock:
+            self._close_text()
+            batch, self._pending = self._pending[:MAX_ITEMS], self._pending[MAX_ITEMS:]
+        return batch
 
     async def _write(self) -> None:
         """One batch, one writer at a time (the store numbers a turn's entries in order)."""
         async with self._lock:
-            batch, self._pending = self._pending[:1000], self._pending[1000:]
+            self._close_text()
+            batch, self._pending = self._pending[:MAX_ITEMS], self._pending[MAX_ITEMS:]
             if not batch:
                 return
             try:
@@ -133,29 +175,26 @@ class ProgressLog:
             except Exception as exc:  # advisory: the turn goes on without it
                 log.warning("progress of a turn not written: %s", type(exc).__name__)
 
+    def _stop_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
     async def close(self) -> None:
-        """Write what is buffered, then stop (bounded; a cancellation stops at once)."""
-        self._closing.set()
-        self._wake.set()
+        """Write what is still buffered (a turn that ended without its commit), then stop
+        (bounded; a cancellation stops at once)."""
+        self._stop_timer()
+        self._close_text()
+        if self._writer is None and not self._pending:
+            return
+        if self._writer is None:
+            self._writer = asyncio.get_running_loop().create_task(self._write_all())
+        writer = self._writer
         try:
             async with asyncio.timeout(5.0):
-                await asyncio.shield(self._writer)
+                await asyncio.shield(writer)
         except TimeoutError:
-            self._writer.cancel()
+            writer.cancel()
         except asyncio.CancelledError:
-            self._writer.cancel()
+            writer.cancel()
             raise
-
-    async def _write_batches(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            if not self._closing.is_set():
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(_FLUSH_SECONDS):
-                        await self._closing.wait()  # gather what arrives meanwhile
-            await self._write()
-            if self._pending:
-                self._wake.set()
-            elif self._closing.is_set():
-                return

@@ -7,7 +7,8 @@ fingerprint is ``run``'s, so a submitted turn and a direct ``run`` of the same i
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import contextlib
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -17,11 +18,14 @@ from ..contracts.durability import Durability
 from ..contracts.errors import ErrorCode, UsageError
 from ..contracts.ids import validate_thread_id, validate_turn_id
 from ..contracts.inbox import InboxRequest, TurnInbox
-from ..telemetry import current_traceparent
+from ..telemetry import continued_trace, current_traceparent
 from ._limits import KernelLimits
+from ._response import TurnResult
 from ._validation import validate_host_context, validate_selection, validate_text
+from ._worker import Worker
+from .streaming import Progress
 
-__all__ = ["has_inbox", "inbox_of", "submit_request"]
+__all__ = ["has_inbox", "inbox_of", "run_request", "submit_request"]
 
 
 def inbox_of(durability: Durability) -> TurnInbox:
@@ -31,12 +35,14 @@ def inbox_of(durability: Durability) -> TurnInbox:
     except UsageError:  # a ``DurableStore`` built without the role
         inbox = None
     if not isinstance(inbox, TurnInbox):
-        raise UsageError(
-            "this store has no inbox storage",
-            code=ErrorCode.NOT_SUPPORTED,
-            context={"role": "inbox"},
-        )
+        raise _no_inbox()
     return inbox
+
+
+def _no_inbox() -> UsageError:
+    return UsageError(
+        "this store has no inbox storage", code=ErrorCode.NOT_SUPPORTED, context={"role": "inbox"}
+    )
 
 
 def has_inbox(durability: Durability) -> TurnInbox | None:
@@ -48,7 +54,8 @@ def has_inbox(durability: Durability) -> TurnInbox | None:
 
 
 async def submit_request(
-    durability: Durability,
+    inbox: TurnInbox | None,
+    workers: Iterable[Worker],
     limits: KernelLimits,
     fingerprint: Callable[[str, Mapping[str, JsonValue] | None], str],
     *,
@@ -59,19 +66,50 @@ async def submit_request(
     host_context: Mapping[str, Any] | None,
     not_before: datetime | None,
 ) -> InboxRequest:
+    """Check and record the request; a worker of this process with a free slot takes it at
+    once when its thread has nothing open (the submit is also the claim: see ``Worker.slot``)."""
     validate_thread_id(thread_id)
     validate_turn_id(turn_id)
     chosen = validate_selection(selection, limits)
     validate_text(text, limits, chosen is not None)
     context = validate_host_context(host_context)
-    inbox = inbox_of(durability)
-    return await inbox.submit(
-        thread_id,
-        turn_id,
-        text=text,
-        fingerprint=fingerprint(text, chosen),
-        selection=chosen,
-        host_context=dict(context) if context else None,
-        not_before=not_before,
-        traceparent=current_traceparent(),
-    )
+    if inbox is None:
+        raise _no_inbox()
+    worker = None if not_before is not None else next((w for w in workers if w.can_take()), None)
+    with contextlib.nullcontext(None) if worker is None else worker.slot() as claimer:
+        request = await inbox.submit(
+            thread_id,
+            turn_id,
+            text=text,
+            fingerprint=fingerprint(text, chosen),
+            selection=chosen,
+            host_context=dict(context) if context else None,
+            not_before=not_before,
+            traceparent=current_traceparent(),
+            claimer=claimer,
+            claim_ttl=30.0 if worker is None else worker.settings.claim_ttl,
+        )
+        if worker is not None:
+            worker.adopt(request)
+    return request
+
+
+async def run_request(
+    run: Callable[..., Awaitable[TurnResult]],
+    request: InboxRequest,
+    timeout: float | None,  # noqa: ASYNC109 - the turn's own deadline, as run's
+    progress: Progress,
+) -> TurnResult:
+    """A worker's run of a request: the agent's ``run`` path with the request's ids and
+    input, in the submitter's trace (carried across the inbox)."""
+    carrier = {} if request.traceparent is None else {"traceparent": request.traceparent}
+    with continued_trace(carrier):
+        return await run(
+            request.thread_id,
+            request.turn_id,
+            request.text,
+            request.selection,
+            request.host_context,
+            timeout,
+            progress,
+        )

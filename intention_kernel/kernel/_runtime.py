@@ -10,6 +10,7 @@ only after the turn ends, redacted.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import time
@@ -27,14 +28,14 @@ from ..contracts.inbox import InboxRequest, TurnInbox
 from ..contracts.receipts import EffectReceipt
 from ..contracts.sinks import EventSink
 from ..contracts.turns import DurableTurnResult
-from ..telemetry import Telemetry, continued_trace, db_system
+from ..telemetry import Telemetry, db_system
 from ._compat import Compatibility, admit_checkpoint
 from ._context import TurnInfo
 from ._events import EventRecorder, Redactor, publish
 from ._pipeline import AgentRuntime, TurnState, run_pipeline
 from ._pipeline.state import Meter
 from ._portal import portal_of
-from ._requests import has_inbox, inbox_of, submit_request
+from ._requests import has_inbox, inbox_of, run_request, submit_request
 from ._response import Response, TurnResult
 from ._validation import validate_host_context, validate_selection, validate_text, validate_timeout
 from ._watch import Watched, watch_turn
@@ -80,6 +81,8 @@ class CompiledAgent:
         self._compat = compatibility
         self._durability = durability
         self._inbox = has_inbox(durability)  # looked up once: a protocol check is not free
+        self._workers: set[Worker] = set()
+        """This agent's running workers: a submit hands its request to one with a free slot."""
         self._redact = redact
         self._sinks = tuple(sinks)
         self.manifest = manifest
@@ -178,7 +181,8 @@ class CompiledAgent:
         direct ``run``. ``host_context`` must be JSON (it is stored); ``not_before`` (aware)
         delays it. See ``docs/inbox.md``."""
         return await submit_request(
-            self._durability,
+            self._inbox,
+            self._workers,
             self._runtime.limits,
             request_fingerprint,
             thread_id=thread_id,
@@ -193,30 +197,13 @@ class CompiledAgent:
         """A ``Worker`` running this agent's submitted turns (settings: ``WorkerSettings``);
         ``await worker.run()`` until ``worker.stop()`` drains it."""
         return Worker(
-            self._run_request,
+            functools.partial(run_request, self._run),
             inbox_of(self._durability),
             WorkerSettings(**settings),
             metrics=self._telemetry.inbox(self.id),
             worker_id=worker_id,
+            local=self._workers,
         )
-
-    async def _run_request(
-        self,
-        request: InboxRequest,
-        timeout: float | None,  # noqa: ASYNC109 - the turn's own deadline, as run's
-        progress: Progress,
-    ) -> TurnResult:
-        carrier = {} if request.traceparent is None else {"traceparent": request.traceparent}
-        with continued_trace(carrier):  # the submitter's trace, across the inbox
-            return await self._run(
-                request.thread_id,
-                request.turn_id,
-                request.text,
-                request.selection,
-                request.host_context,
-                timeout,
-                progress,
-            )
 
     async def work(self, **settings: Any) -> None:
         """Run a worker in this task until it is cancelled (``worker()`` to drain instead)."""

@@ -24,13 +24,13 @@ import logging
 import math
 import random
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol, TypeVar
 
 from ..contracts.errors import ConfigurationError, KernelError
-from ..contracts.inbox import InboxRequest, TurnInbox
+from ..contracts.inbox import InboxRequest, RequestState, TurnInbox
 from ._progress_log import ProgressLog
 from ._response import TurnResult
 from .streaming import Progress
@@ -124,16 +124,24 @@ class Worker:
         *,
         metrics: Any,
         worker_id: str | None = None,
+        local: set[Worker] | None = None,
     ) -> None:
         self._run_turn = run_turn
         self.settings = settings
         self.inbox = inbox
         self.worker_id = worker_id or f"worker-{uuid.uuid4().hex[:16]}"
         self._running: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self._reserved = 0  # slots held for submits that may hand this worker their request
+        # Turns that committed and are only tidying up: their slot is free (the submit of a
+        # caller that waited for the commit finds it so).
+        self._committed: set[tuple[str, str]] = set()
+        self._live = False
+        self._local = local
         self._stopping = asyncio.Event()
         self._metrics = metrics  # wait, attempts, outcomes (``Telemetry.inbox``)
         self.completed = 0
         """Requests this worker finished (done, released or dead), for tests and metrics."""
+        self._giving_back: set[asyncio.Task[None]] = set()
 
     def stop(self) -> None:
         """Drain: claim nothing more; ``run`` returns once running turns ended (or ``grace``)."""
@@ -143,12 +151,64 @@ class Worker:
     def running(self) -> int:
         return len(self._running)
 
+    def _free(self) -> bool:
+        busy = len(self._running) - len(self._committed) + self._reserved
+        return busy < self.settings.concurrency
+
+    def can_take(self) -> bool:
+        """Whether ``slot`` would hold a slot now."""
+        return self._live and not self._stopping.is_set() and self._free()
+
+    @contextlib.contextmanager
+    def slot(self) -> Iterator[str | None]:
+        """For a submit in this process: this worker's id while a slot is held for it (the
+        submit then claims the request for this worker and ``adopt`` runs it), or ``None``
+        when it cannot take one now (stopped, draining, full)."""
+        if not self.can_take():
+            yield None
+            return
+        self._reserved += 1
+        try:
+            yield self.worker_id
+        finally:
+            self._reserved -= 1
+
+    def adopt(self, request: InboxRequest) -> None:
+        """Run a request a submit claimed for this worker (see ``slot``); anything else (not
+        claimed by it, already running here) is left to the claim rule."""
+        if (
+            request.state is not RequestState.RUNNING
+            or request.claimed_by != self.worker_id
+            or request.key in self._running
+        ):
+            return
+        if not self._live:  # stopped meanwhile: given back rather than left to expire
+            self._spawn_give_back(request)
+            return
+        self._start(request)
+
+    def _start(self, request: InboxRequest) -> None:
+        task = asyncio.get_running_loop().create_task(self._serve(request))
+        self._running[request.key] = task
+        task.add_done_callback(functools.partial(self._finished, request.key))
+
+    def _spawn_give_back(self, request: InboxRequest) -> None:
+        task = asyncio.get_running_loop().create_task(self._give_back(request, 0.0, None, None))
+        self._giving_back.add(task)
+        task.add_done_callback(self._giving_back.discard)
+
     async def run(self) -> None:
         heartbeat = asyncio.get_running_loop().create_task(self._heartbeat())
+        self._live = True
+        if self._local is not None:
+            self._local.add(self)
         try:
             await self._claim_loop()
             await self._drain()
         finally:
+            self._live = False
+            if self._local is not None:
+                self._local.discard(self)
             heartbeat.cancel()
             for task in self._running.values():
                 task.cancel()
@@ -158,27 +218,38 @@ class Worker:
                 await heartbeat
 
     async def _claim_loop(self) -> None:
+        """Claim while a claim may find something: at start, after a submit in this process
+        or a polling interval, and when a slot frees while requests may be waiting (a claim
+        found none while this worker's own turns ran: later requests of their threads). A
+        request handed over by a submit (``adopt``) needs no claim, and its end none either."""
         settings = self.settings
+        loop = asyncio.get_running_loop()
         idle = 0.01
+        poll_at = loop.time()
+        hint, behind = True, False
         while not self._stopping.is_set():
             mark = self.inbox.submitted.mark()
-            request = None
-            if len(self._running) < settings.concurrency:
+            if loop.time() >= poll_at:
+                hint = True
+            if hint and self._free():
+                request = None
                 try:
                     request = await self.inbox.claim(self.worker_id, ttl=settings.claim_ttl)
                 except KernelError as exc:
                     log.warning("inbox claim failed: [%s] %s", exc.code, exc.message)
-            if request is not None:
-                idle = 0.01
-                task = asyncio.get_running_loop().create_task(self._serve(request))
-                self._running[request.key] = task
-                task.add_done_callback(functools.partial(self._finished, request.key))
-                continue
-            # Nothing to claim (or no free slot): wait for a submit in this process, a slot,
-            # a stop, or the polling interval (other processes' submits), backing off a little.
-            idle = min(idle * 2, settings.poll_interval)
+                if request is not None:
+                    idle = 0.01
+                    self._start(request)
+                    continue
+                hint, behind = False, bool(self._running)
+                idle = min(idle * 2, settings.poll_interval)
+                poll_at = loop.time() + idle
+            # Wait for a submit in this process, a slot, a stop, or the polling interval
+            # (other processes' submits), backing off a little while nothing is found.
+            wait = max(poll_at - loop.time(), 0.0) if not hint else settings.poll_interval
+            polled = asyncio.ensure_future(self.inbox.submitted.wait(mark, wait))
             waits: list[asyncio.Future[Any]] = [
-                asyncio.ensure_future(self.inbox.submitted.wait(mark, idle)),
+                polled,
                 asyncio.ensure_future(self._stopping.wait()),
             ]
             waits.extend(asyncio.ensure_future(asyncio.wait({t})) for t in self._running.values())
@@ -187,9 +258,14 @@ class Worker:
             finally:
                 for waiter in waits:
                     waiter.cancel()
+            if polled.done() and not polled.cancelled() and self.inbox.submitted.mark() != mark:
+                hint = True
+            elif behind and self._free():
+                hint, behind = True, False
 
     def _finished(self, key: tuple[str, str], _: object) -> None:
         self._running.pop(key, None)
+        self._committed.discard(key)
         self.completed += 1
 
     async def _drain(self) -> None:
@@ -227,7 +303,7 @@ class Worker:
         progress = ProgressLog(self.inbox, request.thread_id, request.turn_id, request.attempts)
         try:
             result = await self._run_turn(
-                request, settings.turn_timeout, Progress(progress.add, progress.flush)
+                request, settings.turn_timeout, Progress(progress.add, progress.for_commit)
             )
         except asyncio.CancelledError:
             await progress.close()
@@ -245,6 +321,7 @@ class Worker:
             log.exception("a submitted turn failed")
             await self._give_back(request, None, "INTERNAL", type(exc).__name__)
             return
+        self._committed.add(request.key)
         await progress.close()
         if result.replayed:  # committed before (a direct run, or an attempt whose answer was lost)
             await self._guarded(self.inbox.mark_done(request.thread_id, request.turn_id))

@@ -242,19 +242,20 @@ class Progress:
     def __init__(
         self,
         listener: Listener,
-        before_commit: Callable[[], Coroutine[Any, Any, None]] | None = None,
+        before_commit: Callable[[], Coroutine[Any, Any, list[str]]] | None = None,
     ) -> None:
         self._listener = listener
         self._shown = ""
         self._decoder = TextField()
         self._before_commit = before_commit
 
-    async def before_commit(self) -> None:
+    async def before_commit(self) -> list[str]:
         """Called by the turn just before it commits: a listener that records progress
-        elsewhere (the inbox's progress log) writes it first, so it is never behind the
-        result a watcher reads."""
-        if self._before_commit is not None:
-            await self._before_commit()
+        elsewhere (the inbox's progress log) hands over what it has not written yet, which
+        the commit writes with the result (so a watcher never reads the result without it)."""
+        if self._before_commit is None:
+            return []
+        return await self._before_commit()
 
     def emit(self, item: StreamItem) -> None:
         self._listener(item)

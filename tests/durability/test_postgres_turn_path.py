@@ -240,7 +240,7 @@ async def test_migration_4_drops_the_repeated_outbox_index(dsn: str, schema: str
         await conn.execute(
             f'CREATE INDEX outbox_by_thread ON "{schema}".outbox (thread_id, position)'
         )
-        # ... and back to version 3: migrations 5 and 6 undone as well, so all run again.
+        # ... and back to version 3: migrations 5 to 7 undone as well, so all run again.
         await conn.execute(
             f'ALTER TABLE "{schema}".heads DROP COLUMN agent_fingerprint,'
             " DROP COLUMN pending_interaction;"
@@ -248,7 +248,7 @@ async def test_migration_4_drops_the_repeated_outbox_index(dsn: str, schema: str
             f' DROP TABLE "{schema}".inbox, "{schema}".progress CASCADE'
         )
         await conn.execute(f'DELETE FROM "{schema}".schema_migrations WHERE version >= 4')
-        assert await store.setup() == 6
+        assert await store.setup() == 7
         assert "outbox_by_thread" not in await outbox_indexes(conn, schema)
         # Reading one thread's whole outbox still goes through an index, not the table.
         await conn.execute("SET enable_seqscan = off")

@@ -19,7 +19,7 @@ from intention_kernel.contracts.events import KernelEvent
 from intention_kernel.contracts.turns import DurableTurnResult
 from intention_kernel.durability._writes import utc_now
 from intention_kernel.durability.sqlite import SQLiteDurability
-from intention_kernel.durability.sqlite._inbox import mark_done
+from intention_kernel.durability.sqlite._inbox_rows import mark_done
 from intention_kernel.durability.store import DurableStore
 
 __all__ = ["DoneBeforeCommit", "DoneBeforeCommitSQLite", "EarlyDoneScope"]
@@ -38,9 +38,15 @@ class EarlyDoneScope:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._scope, name)
 
-    async def commit(self, result: DurableTurnResult, outbox: Sequence[KernelEvent] = ()) -> None:
+    async def commit(
+        self,
+        result: DurableTurnResult,
+        outbox: Sequence[KernelEvent] = (),
+        *,
+        progress: Sequence[str] = (),
+    ) -> None:
         await self._mark(self._scope.thread_id, self._scope.turn_id)
-        await self._scope.commit(result, outbox)
+        await self._scope.commit(result, outbox, progress=progress)
 
 
 class DoneBeforeCommit(DurableStore[Any]):

@@ -133,7 +133,7 @@ class MemoryTurns:
         self.state.committed_at[(thread_id, turn_id)] = self.clock()
         self.state.heads[thread_id] = (revision, turn_id)
         self.state.head_facts[thread_id] = (commit.agent_fingerprint, commit.pending_interaction)
-        mark_done(self.state, thread_id, turn_id, self.clock())
+        mark_done(self.state, thread_id, turn_id, self.clock(), commit.progress)
         for event, text in zip(commit.events, commit.events_json, strict=True):
             self.state.outbox.append(text)
             self.state.deliveries[len(self.state.outbox)] = Delivery(

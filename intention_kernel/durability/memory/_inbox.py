@@ -7,7 +7,7 @@ translate ``_claimable``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -29,11 +29,31 @@ __all__ = ["MemoryInbox", "mark_done"]
 _OPEN = (RequestState.PENDING, RequestState.RUNNING)
 
 
-def mark_done(state: MemoryStore, thread_id: str, turn_id: str, now: datetime) -> None:
-    """What a commit does to the turn's request (called inside ``MemoryTurns.commit``)."""
+def mark_done(
+    state: MemoryStore,
+    thread_id: str,
+    turn_id: str,
+    now: datetime,
+    progress: Sequence[str] = (),
+) -> None:
+    """What a commit does to the turn's request and progress log (inside
+    ``MemoryTurns.commit``)."""
     row = state.inbox.get((thread_id, turn_id))
     if row is not None and row["state"] != RequestState.DONE:
         row.update(state=RequestState.DONE, finished_at=now, claimed_by=None, claimed_until=None)
+    if progress:
+        record_progress(state, thread_id, turn_id, progress, now)
+
+
+def record_progress(
+    state: MemoryStore, thread_id: str, turn_id: str, items: Sequence[str], now: datetime
+) -> int:
+    entries = state.progress.setdefault((thread_id, turn_id), [])
+    seq = entries[-1][0] if entries else 0
+    for text in items:
+        seq += 1
+        entries.append((seq, text, now))
+    return seq
 
 
 class MemoryInbox:
@@ -55,20 +75,28 @@ class MemoryInbox:
         if committed is not None:
             return Submitted(None, committed=True, committed_fingerprint=committed.fingerprint)
         now = self.clock()
+        claimed = (
+            request.claimer is not None
+            and request.not_before is None
+            and not any(
+                r["thread_id"] == request.thread_id and r["state"] in _OPEN
+                for r in self.state.inbox.values()
+            )
+        )
         self.state.inbox_position += 1
         row = {
             "thread_id": request.thread_id,
             "turn_id": request.turn_id,
             "position": self.state.inbox_position,
-            "state": RequestState.PENDING,
+            "state": RequestState.RUNNING if claimed else RequestState.PENDING,
             "text": request.text,
             "payload": request.payload,
             "fingerprint": request.fingerprint,
             "submitted_at": now,
             "not_before": request.not_before or now,
-            "attempts": 0,
-            "claimed_by": None,
-            "claimed_until": None,
+            "attempts": 1 if claimed else 0,
+            "claimed_by": request.claimer if claimed else None,
+            "claimed_until": now + timedelta(seconds=request.claim_ttl) if claimed else None,
             "finished_at": None,
             "error_code": None,
             "error": None,
@@ -234,13 +262,7 @@ class MemoryInbox:
         )
 
     async def append_progress(self, thread_id: str, turn_id: str, items: list[str]) -> int:
-        entries = self.state.progress.setdefault((thread_id, turn_id), [])
-        now = self.clock()
-        seq = entries[-1][0] if entries else 0
-        for text in items:
-            seq += 1
-            entries.append((seq, text, now))
-        return seq
+        return record_progress(self.state, thread_id, turn_id, items, self.clock())
 
     async def read_progress(
         self, thread_id: str, turn_id: str, after: int, limit: int

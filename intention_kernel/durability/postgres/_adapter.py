@@ -121,8 +121,7 @@ class PostgresDurability(DurableStore[PgLease]):
         """The committed-text cache of the turns and history roles."""
         db, heads = self.connection, self.head_texts
         sql = Statements.render(self.schema)
-        outbox_sql = OutboxStatements(self.schema)
-        self._notifier = PostgresNotifier(db, outbox_sql)
+        outbox_sql, inbox_sql = OutboxStatements(self.schema), InboxStatements(self.schema)
         super().__init__(
             PostgresTurns(
                 db,
@@ -135,10 +134,11 @@ class PostgresDurability(DurableStore[PgLease]):
             history=PostgresHistory(db, sql, heads, json_limits=json_limits),
             outbox=PostgresOutbox(db, outbox_sql),
             inspection=PostgresInspection(db),
-            inbox=PostgresInbox(db, InboxStatements(self.schema)),
+            inbox=PostgresInbox(db, inbox_sql),
             lock_timeout=lock_timeout,
             json_limits=json_limits,
         )
+        self._notifier = PostgresNotifier(db, outbox_sql, inbox_sql, self.inbox)
 
     # ---------------------------------------------------------------- opening
 
@@ -165,8 +165,10 @@ class PostgresDurability(DurableStore[PgLease]):
 
         ``statement_cache_size=0`` turns prepared statements off for old transaction-mode
         poolers (PgBouncer < 1.21 or without ``max_prepared_statements``). ``listen=True``
-        (URL only) keeps one extra connection in ``LISTEN`` so relays wake on outbox commits
-        (see ``set_outbox_notify``); it is refused behind a transaction-mode pooler.
+        (URL only) keeps one extra connection in ``LISTEN`` so relays wake on outbox commits,
+        and workers and watchers on inbox changes, made in other processes (see
+        ``set_outbox_notify``, ``set_inbox_notify``); it is refused behind a transaction-mode
+        pooler.
         ``statement_timeout`` (default ``lock_timeout``) bounds every statement of a turn.
         """
 
@@ -251,7 +253,7 @@ class PostgresDurability(DurableStore[PgLease]):
         """The asyncpg pool of the store, for tools that work on the same schema."""
         return self.connection.pool
 
-    # ---------------------------------------------------------------- outbox notifications
+    # ---------------------------------------------------------------- notifications
 
     async def set_outbox_notify(self, enabled: bool) -> None:
         """Install (or drop) the trigger that NOTIFYs listening relays when a commit inserts
@@ -263,6 +265,24 @@ class PostgresDurability(DurableStore[PgLease]):
     async def outbox_notify_enabled(self) -> bool:
         self._check_open()
         return await self._notifier.outbox_notify_enabled()
+
+    async def set_inbox_notify(self, enabled: bool) -> None:
+        """Install (or drop) the triggers that NOTIFY listening workers and watchers (stores
+        opened with ``listen=True``) of submits, finished requests and progress. A notifying
+        commit serializes with the others at commit (see ``docs/postgres.md`` for the measured
+        cost), so they are off unless turned on here."""
+        self._check_open()
+        await self._notifier.set_inbox_notify(enabled)
+
+    async def inbox_notify_enabled(self) -> bool:
+        self._check_open()
+        return await self._notifier.inbox_notify_enabled()
+
+    @property
+    def listening(self) -> bool:
+        """Whether the ``LISTEN`` connection of ``listen=True`` is open now (else relays,
+        workers and watchers poll)."""
+        return self._notifier.listening
 
     async def wait_for_events(self, max_wait: float) -> None:
         """Return on a notification (or one that came while the relay was busy) or after

@@ -83,6 +83,20 @@ class PostgresInbox:
     # ---------------------------------------------------------------- requests
 
     async def submit(self, request: NewRequest) -> Submitted:
+        if request.claimer is not None and request.not_before is None:
+            row = await self._db.fetchrow(
+                self._inbox_sql.submit_claimed,
+                request.thread_id,
+                request.turn_id,
+                request.text,
+                request.payload,
+                request.fingerprint,
+                request.claimer,
+                request.claim_ttl,
+            )
+            if row is not None:
+                return Submitted(decode_request(row), inserted=True)
+            # The id is taken: what is stored is answered as for any submit.
         for _ in range(_ATTEMPTS):
             row = await self._db.fetchrow(
                 self._inbox_sql.submit,

@@ -11,8 +11,25 @@ repeated claim or a progress item, never a promise).
 from __future__ import annotations
 
 from .._inbox_rows import COLUMNS
+from ._outbox_sql import notify_channel
 
-__all__ = ["InboxStatements"]
+__all__ = ["INBOX_NOTIFY_KINDS", "InboxStatements"]
+
+INBOX_NOTIFY_KINDS = {
+    "submit": (True, False),
+    "pending": (True, True),
+    "done": (False, True),
+    "dead": (False, True),
+    "progress": (False, True),
+}
+"""What each kind of inbox notification wakes: (workers, watchers). A submit wakes workers; a
+request due again (a release for retry, an operator's retry) workers and watchers; a finished
+request and a progress entry watchers."""
+_NOTIFY_TRIGGERS = (
+    ("inbox", "inbox_notify_submit"),
+    ("inbox", "inbox_notify_state"),
+    ("progress", "progress_notify"),
+)
 
 # Init-plans: evaluated once per statement, transaction-local (works behind a pooler).
 _SYNC_ON = "(SELECT set_config('synchronous_commit', 'on', true)) IS NOT NULL"
@@ -58,6 +75,10 @@ SELECT r.*, (SELECT count(*) FROM written) > 0 AS inserted,
 FROM (SELECT 1) AS one
 LEFT JOIN (SELECT * FROM written UNION ALL SELECT * FROM existing) r ON true
 LEFT JOIN prior p ON true"""
+        # $1 thread, $2 turn, $3 text, $4 payload, $5 fingerprint, $6 worker, $7 ttl seconds.
+        self.submit_claimed = (
+            f"SELECT {cols} FROM {q}.inbox_submit_claimed($1, $2, $3, $4, $5, $6, $7::float8)"
+        )
         # $1 worker, $2 ttl seconds.
         self.claim = f"SELECT {cols} FROM {q}.inbox_claim($1, $2::float8)"
         # $1 position, $2 worker, $3 error code, $4 error: a claimed row that cannot be read.
@@ -160,3 +181,41 @@ DELETE FROM {p} AS g WHERE g.written_at < $1 AND {_SYNC_OFF}
                  AND t.turn_id = g.turn_id)
          OR g.seq < (SELECT max(n.seq) FROM {p} n WHERE n.thread_id = g.thread_id
                      AND n.turn_id = g.turn_id))"""
+        self._notify(schema)
+
+    def _notify(self, schema: str) -> None:
+        """The optional NOTIFY triggers (``set_inbox_notify``). Row triggers with ``WHEN``:
+        a statement that changes no inbox row (a direct run's commit) or only claims and
+        renews does not call them. The payload is the kind, the thread and the turn, one per
+        line (ids hold no control characters)."""
+        q, channel = f'"{schema}"', notify_channel(schema, "inbox")
+        s, p = f"{q}.inbox", f"{q}.progress"
+        drop = "".join(
+            f"DROP TRIGGER IF EXISTS {name} ON {q}.{table};\n" for table, name in _NOTIFY_TRIGGERS
+        )
+        self.notify_on = f"""
+CREATE OR REPLACE FUNCTION {q}.inbox_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    kind text := TG_ARGV[0];
+BEGIN
+    IF kind IS NULL THEN  -- a request's new state (progress rows have none)
+        kind := NEW.state;
+    END IF;
+    PERFORM pg_notify('{channel}', kind || E'\\n' || NEW.thread_id || E'\\n' || NEW.turn_id);
+    RETURN NULL;
+END $$;
+{drop}CREATE TRIGGER inbox_notify_submit AFTER INSERT ON {s} FOR EACH ROW
+    WHEN (NEW.state = 'pending') EXECUTE FUNCTION {q}.inbox_notify('submit');
+CREATE TRIGGER inbox_notify_state AFTER UPDATE OF state, not_before ON {s} FOR EACH ROW
+    WHEN (NEW.state <> 'running' AND (OLD.state IS DISTINCT FROM NEW.state
+          OR (NEW.state = 'pending' AND OLD.not_before IS DISTINCT FROM NEW.not_before)))
+    EXECUTE FUNCTION {q}.inbox_notify();
+CREATE TRIGGER progress_notify AFTER INSERT ON {p} FOR EACH ROW
+    EXECUTE FUNCTION {q}.inbox_notify('progress');
+"""
+        self.notify_off = f"{drop}DROP FUNCTION IF EXISTS {q}.inbox_notify();\n"
+        names = ", ".join(f"'{name}'" for _, name in _NOTIFY_TRIGGERS)
+        self.notify_state = (
+            f"SELECT count(*) = {len(_NOTIFY_TRIGGERS)} FROM pg_trigger WHERE tgname IN ({names})"
+            f" AND tgrelid IN (to_regclass('{s}'), to_regclass('{p}'))"
+        )

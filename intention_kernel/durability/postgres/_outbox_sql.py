@@ -31,9 +31,10 @@ _BLOCKED = (
 )
 
 
-def notify_channel(schema: str) -> str:
-    """A short channel name per schema (channel names are limited to 63 bytes)."""
-    return f"ik_outbox_{zlib.crc32(schema.encode()):08x}"
+def notify_channel(schema: str, topic: str = "outbox") -> str:
+    """A short channel name per schema and topic (``outbox``, ``inbox``; channel names are
+    limited to 63 bytes)."""
+    return f"ik_{topic}_{zlib.crc32(schema.encode()):08x}"
 
 
 class OutboxStatements:

@@ -279,6 +279,39 @@ MIGRATIONS: tuple[str, ...] = (
         END LOOP;
     END $$;
     """,
+    # 7: a submit that is also the claim, for a worker of the submitting process with a free
+    # slot (see ``_inbox``). A function: under the thread's lock, its statements see the
+    # requests submitted and claimed before (one statement's snapshot would predate the lock).
+    # No row: the id is taken (a request or a committed turn); the caller submits as usual.
+    """
+    CREATE FUNCTION {s}.inbox_submit_claimed(
+        thread text, turn text, body text, payload text, fingerprint text, worker text,
+        ttl float8) RETURNS SETOF {s}.inbox LANGUAGE plpgsql VOLATILE AS $$
+    DECLARE
+        claim   boolean;
+        stored  {s}.inbox;
+    BEGIN
+        PERFORM set_config('synchronous_commit', 'on', true);
+        PERFORM pg_advisory_xact_lock(hashtext('{s}'), hashtext(thread));
+        IF EXISTS (SELECT 1 FROM {s}.inbox WHERE thread_id = thread AND turn_id = turn)
+           OR EXISTS (SELECT 1 FROM {s}.turns WHERE thread_id = thread AND turn_id = turn) THEN
+            RETURN;
+        END IF;
+        claim := NOT EXISTS (SELECT 1 FROM {s}.inbox WHERE thread_id = thread
+                             AND state IN ('pending', 'running'));
+        INSERT INTO {s}.inbox (thread_id, turn_id, state, text, payload, fingerprint,
+                               submitted_at, not_before, attempts, claimed_by, claimed_until)
+        VALUES (thread, turn, CASE WHEN claim THEN 'running' ELSE 'pending' END, body, payload,
+                fingerprint, now(), now(), CASE WHEN claim THEN 1 ELSE 0 END,
+                CASE WHEN claim THEN worker END,
+                CASE WHEN claim THEN clock_timestamp() + make_interval(secs => ttl) END)
+        ON CONFLICT (thread_id, turn_id) DO NOTHING
+        RETURNING * INTO stored;
+        IF FOUND THEN
+            RETURN NEXT stored;
+        END IF;
+    END $$;
+    """,
 )
 
 

@@ -143,9 +143,11 @@ written AS (
 )
 SELECT (SELECT count(*) FROM fence) AS fenced, (SELECT count(*) FROM written) AS written""",
             # $4 turn, $5 new revision, $6 loaded revision, $7 fingerprint, $8 result,
-            # $9 sequences, $10 events, $11 agent fingerprint, $12 pending interaction kind.
-            # Turn row, head CAS, outbox, the lease's release and the turn's inbox request
-            # marked done (both only when the head moved): one statement, one commit.
+            # $9 sequences, $10 events, $11 agent fingerprint, $12 pending interaction kind,
+            # $13 progress items. Turn row, head CAS, outbox, the lease's release, the turn's
+            # inbox request marked done and its last progress items (all only when the head
+            # moved): one statement, one commit. A progress item a late writer of an earlier
+            # attempt took the number of is dropped, never the commit.
             commit=f"""
 WITH fence AS ({commit_fence}),
 head AS (
@@ -176,6 +178,13 @@ head AS (
     UPDATE {s}.inbox SET state = 'done', finished_at = now(), claimed_by = NULL,
         claimed_until = NULL
     WHERE thread_id = $1 AND turn_id = $4 AND state <> 'done' AND EXISTS (SELECT 1 FROM head)
+    RETURNING 1
+), progress AS (
+    INSERT INTO {s}.progress (thread_id, turn_id, seq, item, written_at)
+    SELECT $1, $4, coalesce((SELECT max(g.seq) FROM {s}.progress g
+                             WHERE g.thread_id = $1 AND g.turn_id = $4), 0) + i.n, i.item, now()
+    FROM head, unnest($13::text[]) WITH ORDINALITY AS i(item, n)
+    ON CONFLICT DO NOTHING
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM fence) AS fenced,

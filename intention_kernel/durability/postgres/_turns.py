@@ -296,6 +296,7 @@ class PostgresTurns:
                     commit.events_json,
                     commit.agent_fingerprint,
                     commit.pending_interaction,
+                    list(commit.progress),
                 )
         except DurabilityError as exc:
             cause = exc.__cause__

@@ -2,21 +2,21 @@
 
 Every member is one short transaction on the worker thread; SQLite has one writer, so a
 ``BEGIN IMMEDIATE`` transaction keeps two claimers apart without row locks. Times come from the
-store's clock and are kept as UTC ISO text of fixed width (``iso``), so comparing the text
-compares the times. Rows are read back through ``decode_request``, so an unreadable row fails
-the same way as on every store.
+store's clock (stored as ``_inbox_rows`` says). Rows are read back through ``decode_request``,
+so an unreadable row fails the same way as on every store.
 
 ``claim`` walks only open rows in position order (partial index ``ik_inbox_open``) and checks
 each candidate's thread through ``ik_inbox_open_by_thread``: done and dead history costs nothing.
-``TurnStorage.commit`` marks the turn's request done in its own transaction (``mark_done``).
+``TurnStorage.commit`` marks the turn's request done in its own transaction
+(``_inbox_rows.mark_done``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import sqlite3
-from collections.abc import Callable, Mapping
-from datetime import UTC, datetime, timedelta
+from collections.abc import Callable
+from datetime import datetime
 from typing import Any, TypeVar
 
 from ...contracts.errors import CheckpointCorruptError, ErrorCode
@@ -28,21 +28,27 @@ from ...contracts.inbox import (
     RequestState,
 )
 from .._inbox_role import NewRequest, Submitted
-from .._inbox_rows import COLUMNS, CORRUPT_REQUEST, decode_progress, decode_request, encode_log
+from .._inbox_rows import CORRUPT_REQUEST, decode_progress, decode_request, encode_log
 from .._writes import utc_now
 from ._connection import Connection
+from ._inbox_rows import (
+    SELECT_ROWS,
+    by_key,
+    committed,
+    decoded,
+    iso,
+    later,
+    mark_done,
+    read_row,
+    read_time,
+    record_progress,
+    select_row,
+)
 
-__all__ = ["SQLiteInbox", "iso", "mark_done"]
+__all__ = ["SQLiteInbox"]
 
 T = TypeVar("T")
 
-_BLOBS = frozenset({"text", "payload", "operator_log"})
-"""Read as bytes: text that is not UTF-8 reads back as corrupt instead of failing the query."""
-_SELECT = (
-    "SELECT "
-    + ", ".join(f"CAST({c} AS BLOB)" if c in _BLOBS else c for c in COLUMNS)
-    + " FROM ik_inbox"
-)
 _OPEN = "state IN ('pending', 'running')"
 """Repeated in queries that filter on one open state, so they use the partial indexes."""
 
@@ -57,6 +63,7 @@ _CLAIMABLE = (
     " ORDER BY r.position LIMIT 1"
 )
 
+_THREAD_OPEN = f"SELECT 1 FROM ik_inbox WHERE thread_id = ? AND {_OPEN} LIMIT 1"
 
 _PRUNE_PROGRESS = (  # a running turn's newest entry stays: its seq goes on (cursors hold)
     "DELETE FROM ik_progress AS g WHERE g.written_at < ?"
@@ -65,63 +72,6 @@ _PRUNE_PROGRESS = (  # a running turn's newest entry stays: its seq goes on (cur
     " OR g.seq < (SELECT max(n.seq) FROM ik_progress AS n WHERE n.thread_id = g.thread_id"
     "  AND n.turn_id = g.turn_id))"
 )
-
-
-def iso(moment: datetime) -> str:
-    """A time as stored: UTC, with microseconds (fixed width: text order is time order)."""
-    return moment.astimezone(UTC).isoformat(timespec="microseconds")
-
-
-def _time(text: str | None) -> datetime | None:
-    """A stored time read back (``None`` if missing or unreadable)."""
-    try:
-        return None if text is None else datetime.fromisoformat(text)
-    except ValueError:
-        return None
-
-
-def _later(moment: datetime, seconds: float) -> str:
-    return iso(moment + timedelta(seconds=seconds))
-
-
-def _row(found: tuple[Any, ...]) -> dict[str, Any]:
-    row = dict(zip(COLUMNS, found, strict=True))
-    text = row["text"]
-    if isinstance(text, bytes):
-        # Not UTF-8: left as bytes, so ``decode_request`` reports the row as corrupt.
-        with contextlib.suppress(UnicodeDecodeError):
-            row["text"] = text.decode("utf-8")
-    return row
-
-
-def _select(conn: sqlite3.Connection, where: str, args: tuple[Any, ...]) -> dict[str, Any] | None:
-    found = conn.execute(f"{_SELECT} WHERE {where}", args).fetchone()
-    return None if found is None else _row(found)
-
-
-def _by_key(conn: sqlite3.Connection, thread_id: str, turn_id: str) -> dict[str, Any] | None:
-    return _select(conn, "thread_id = ? AND turn_id = ?", (thread_id, turn_id))
-
-
-def _committed(conn: sqlite3.Connection, thread_id: str, turn_id: str) -> bool:
-    found = conn.execute(
-        "SELECT EXISTS (SELECT 1 FROM ik_turns WHERE thread_id = ? AND turn_id = ?)",
-        (thread_id, turn_id),
-    ).fetchone()
-    return bool(found[0])
-
-
-def _decoded(row: Mapping[str, Any] | None) -> InboxRequest | None:
-    return None if row is None else decode_request(row)
-
-
-def mark_done(conn: sqlite3.Connection, thread_id: str, turn_id: str, now: datetime) -> None:
-    """What a commit does to the turn's request (run inside ``SQLiteTurns.commit``)."""
-    conn.execute(
-        "UPDATE ik_inbox SET state = 'done', finished_at = ?, claimed_by = NULL,"
-        " claimed_until = NULL WHERE thread_id = ? AND turn_id = ? AND state <> 'done'",
-        (iso(now), thread_id, turn_id),
-    )
 
 
 class SQLiteInbox:
@@ -138,7 +88,7 @@ class SQLiteInbox:
         thread_id, turn_id = request.thread_id, request.turn_id
 
         def submit(conn: sqlite3.Connection) -> tuple[dict[str, Any] | None, bool, str | None]:
-            row = _by_key(conn, thread_id, turn_id)
+            row = by_key(conn, thread_id, turn_id)
             if row is not None:
                 return row, False, None
             committed = conn.execute(
@@ -148,20 +98,28 @@ class SQLiteInbox:
             if committed is not None:
                 return None, True, committed[0]
             now = self._now()
+            claimer = request.claimer if request.not_before is None else None
+            if claimer is not None and conn.execute(_THREAD_OPEN, (thread_id,)).fetchone():
+                claimer = None  # the thread's open request goes first
             position = conn.execute(
                 "INSERT INTO ik_inbox (thread_id, turn_id, state, text, payload, fingerprint,"
-                " submitted_at, not_before) VALUES (?, ?, 'pending', ?, ?, ?, ?, ?)",
+                " submitted_at, not_before, attempts, claimed_by, claimed_until)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     thread_id,
                     turn_id,
+                    "pending" if claimer is None else "running",
                     request.text,
                     request.payload,
                     request.fingerprint,
                     iso(now),
                     iso(request.not_before or now),
+                    0 if claimer is None else 1,
+                    claimer,
+                    None if claimer is None else later(now, request.claim_ttl),
                 ),
             ).lastrowid
-            return _select(conn, "position = ?", (position,)), True, None
+            return select_row(conn, "position = ?", (position,)), True, None
 
         row, written, fingerprint = await self._db.write(submit, what="inbox submit")
         if row is None:
@@ -180,11 +138,11 @@ class SQLiteInbox:
                 conn.execute(
                     "UPDATE ik_inbox SET state = 'running', claimed_by = ?, claimed_until = ?,"
                     " attempts = attempts + 1 WHERE position = ?",
-                    (worker_id, _later(now, ttl), position),
+                    (worker_id, later(now, ttl), position),
                 )
-                row = _select(conn, "position = ?", (position,))
+                row = select_row(conn, "position = ?", (position,))
                 try:
-                    return _decoded(row)
+                    return decoded(row)
                 except CheckpointCorruptError:
                     # Dead-lettered in this transaction; the claim goes on with the next row.
                     conn.execute(
@@ -202,7 +160,7 @@ class SQLiteInbox:
             held = conn.execute(
                 f"UPDATE ik_inbox SET claimed_until = ? WHERE {_OPEN} AND state = 'running'"
                 " AND claimed_by = ? AND claimed_until > ? RETURNING position, thread_id, turn_id",
-                (_later(now, ttl), worker_id, iso(now)),
+                (later(now, ttl), worker_id, iso(now)),
             ).fetchall()
             return [(thread_id, turn_id) for _, thread_id, turn_id in sorted(held)]
 
@@ -229,25 +187,25 @@ class SQLiteInbox:
             if held is None:
                 return None
             args: tuple[Any, ...]
-            if _committed(conn, thread_id, turn_id):
+            if committed(conn, thread_id, turn_id):
                 change, args = "state = 'done', finished_at = ?", (at,)
             elif retry_in is None:
                 change, args = "state = 'dead', finished_at = ?", (at,)
             else:
-                change, args = "state = 'pending', not_before = ?", (_later(now, retry_in),)
+                change, args = "state = 'pending', not_before = ?", (later(now, retry_in),)
             conn.execute(
                 f"UPDATE ik_inbox SET {change}, claimed_by = NULL, claimed_until = NULL,"
                 " error_code = ?, error = ? WHERE position = ?",
                 (*args, error_code, error, held[0]),
             )
-            return _select(conn, "position = ?", (held[0],))
+            return select_row(conn, "position = ?", (held[0],))
 
         # Read back after the transaction: a row that cannot be read keeps the change.
-        return _decoded(await self._db.write(release, what="inbox release"))
+        return decoded(await self._db.write(release, what="inbox release"))
 
     async def mark_done(self, thread_id: str, turn_id: str) -> bool:
         def done(conn: sqlite3.Connection) -> bool:
-            if not _committed(conn, thread_id, turn_id):
+            if not committed(conn, thread_id, turn_id):
                 return False
             mark_done(conn, thread_id, turn_id, self._now())
             return True
@@ -255,8 +213,8 @@ class SQLiteInbox:
         return await self._db.write(done, what="inbox mark done")
 
     async def get(self, thread_id: str, turn_id: str) -> InboxRequest | None:
-        row = await self._db.read(lambda conn: _by_key(conn, thread_id, turn_id), what="inbox get")
-        return _decoded(row)
+        row = await self._db.read(lambda conn: by_key(conn, thread_id, turn_id), what="inbox get")
+        return decoded(row)
 
     async def list_requests(
         self,
@@ -275,7 +233,7 @@ class SQLiteInbox:
         if thread_id is not None:
             clauses.append("thread_id = ?")
             args.append(thread_id)
-        sql = f"{_SELECT} WHERE {' AND '.join(clauses)} ORDER BY position"
+        sql = f"{SELECT_ROWS} WHERE {' AND '.join(clauses)} ORDER BY position"
 
         def read(conn: sqlite3.Connection) -> list[InboxRequest]:
             found: list[InboxRequest] = []
@@ -283,7 +241,7 @@ class SQLiteInbox:
             try:
                 for values in rows:  # lazily: unreadable rows are skipped, not counted
                     try:
-                        found.append(decode_request(_row(values)))
+                        found.append(decode_request(read_row(values)))
                     except CheckpointCorruptError:
                         continue
                     if len(found) >= limit:
@@ -303,13 +261,13 @@ class SQLiteInbox:
         record: OperatorAction,
     ) -> InboxRequest | None:
         def operate(conn: sqlite3.Connection) -> dict[str, Any] | None:
-            row = _by_key(conn, thread_id, turn_id)
+            row = by_key(conn, thread_id, turn_id)
             if row is None or row["state"] not in expected:
                 return None
             at = iso(self._now())
             log = encode_log((*decode_request(row).operator_log, record))
             args: tuple[Any, ...]
-            if _committed(conn, thread_id, turn_id):
+            if committed(conn, thread_id, turn_id):
                 change, args = "state = 'done', finished_at = ?", (at,)
             elif new_state == RequestState.PENDING:
                 change = "state = 'pending', not_before = ?, finished_at = NULL, attempts = 0"
@@ -321,9 +279,9 @@ class SQLiteInbox:
                 " operator_log = ? WHERE position = ?",
                 (*args, log, row["position"]),
             )
-            return _select(conn, "position = ?", (row["position"],))
+            return select_row(conn, "position = ?", (row["position"],))
 
-        return _decoded(await self._db.write(operate, what="inbox operate"))
+        return decoded(await self._db.write(operate, what="inbox operate"))
 
     async def stats(self) -> InboxStats:
         def read(conn: sqlite3.Connection) -> InboxStats:
@@ -335,7 +293,7 @@ class SQLiteInbox:
                 " (SELECT count(*) FROM ik_inbox WHERE state = 'dead')"
                 f" FROM ik_inbox WHERE {_OPEN}"
             ).fetchone()
-            return InboxStats(pending, running, dead, _time(oldest))
+            return InboxStats(pending, running, dead, read_time(oldest))
 
         return await self._db.read(read, what="inbox stats")
 
@@ -343,17 +301,7 @@ class SQLiteInbox:
 
     async def append_progress(self, thread_id: str, turn_id: str, items: list[str]) -> int:
         def append(conn: sqlite3.Connection) -> int:
-            (last,) = conn.execute(
-                "SELECT coalesce(max(seq), 0) FROM ik_progress WHERE thread_id = ? AND turn_id = ?",
-                (thread_id, turn_id),
-            ).fetchone()
-            at = iso(self._now())
-            conn.executemany(
-                "INSERT INTO ik_progress (thread_id, turn_id, seq, item, written_at)"
-                " VALUES (?, ?, ?, ?, ?)",
-                [(thread_id, turn_id, last + n, text, at) for n, text in enumerate(items, 1)],
-            )
-            return int(last) + len(items)
+            return record_progress(conn, thread_id, turn_id, items, self._now())
 
         return await self._db.read(lambda conn: _unsynced_write(conn, append), what="progress")
 

@@ -42,7 +42,7 @@ from .._ledger import EffectStart, start_effect
 from .._writes import utc_now
 from ..storage import Lease, OpenedTurn, StoredTurn, TurnCommit
 from ._connection import Connection
-from ._inbox import mark_done
+from ._inbox_rows import mark_done
 from ._lease import LockFiles
 
 __all__ = ["SQLiteLease", "SQLiteTurns", "fenced_write", "put_receipt", "read_head", "read_receipt"]
@@ -336,7 +336,7 @@ class SQLiteTurns:
                     now.isoformat(),
                 ),
             )
-            mark_done(conn, thread_id, turn_id, now)  # done if and only if committed
+            mark_done(conn, thread_id, turn_id, now, commit.progress)  # done iff committed
             changed = conn.execute(
                 "INSERT INTO ik_heads (thread_id, revision, turn_id, agent_fingerprint,"
                 " pending_interaction) VALUES (?, ?, ?, ?, ?)"

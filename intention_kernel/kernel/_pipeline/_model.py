@@ -16,6 +16,7 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from json.encoder import encode_basestring
+from typing import TypeGuard
 
 from pydantic import JsonValue
 
@@ -161,6 +162,20 @@ async def ask(
     return Reply(None if refusal is not None else response.output, refusal)
 
 
+_STREAMING: dict[type, bool] = {}
+
+
+def _streams(gateway: ModelGateway) -> TypeGuard[StreamingModelGateway]:
+    """Whether the gateway can stream, checked once per class (a protocol check is slow)."""
+    kind = type(gateway)
+    known = _STREAMING.get(kind)
+    if known is None:
+        known = isinstance(gateway, StreamingModelGateway)
+        if len(_STREAMING) < 256:
+            _STREAMING[kind] = known
+    return known
+
+
 async def _answer(
     gateway: ModelGateway,
     request: ModelRequest,
@@ -171,7 +186,7 @@ async def _answer(
     A streamed answer is the first item that is not a delta (``ask`` checks it like
     ``complete``'s); the deltas only feed ``on_delta``, so what is stored never depends on them.
     """
-    if on_delta is None or not isinstance(gateway, StreamingModelGateway):
+    if on_delta is None or not _streams(gateway):
         return await gateway.complete(request)
     items = gateway.stream(request)
     final: object = None

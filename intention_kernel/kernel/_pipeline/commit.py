@@ -81,7 +81,9 @@ async def commit(state: TurnState) -> tuple[DurableTurnResult, list[KernelEvent]
         checkpoint=checkpoint,
     )
     events = state.recorder.released()
-    if state.progress is not None:
-        await state.progress.before_commit()
-    await state.scope.commit(result, events)
+    progress = [] if state.progress is None else await state.progress.before_commit()
+    if progress:
+        await state.scope.commit(result, events, progress=progress)
+    else:
+        await state.scope.commit(result, events)
     return result, events

@@ -40,6 +40,7 @@ import pytest
 
 from ...contracts.errors import CheckpointCorruptError, ErrorCode, TurnConflictError, UsageError
 from ...durability._inbox_rows import encode_payload
+from ._inbox_handoff import InboxHandOff
 from ._inbox_support import (
     DEAD,
     DONE,
@@ -67,7 +68,7 @@ __all__ = [
 ]
 
 
-class InboxConformance(InboxReads):
+class InboxConformance(InboxReads, InboxHandOff):
     """Every inbox test. Subclass it (with a ``Test`` prefix), define ``inbox_harness``."""
 
     @inbox_test
