@@ -14,7 +14,7 @@ from ._errors import bounded
 from ._lease import PgLease
 from ._sql import Statements
 
-__all__ = ["Acquired", "ReadOnly", "acquire_statement", "replay_read_only"]
+__all__ = ["Acquired", "ReadOnly", "acquire_statement", "acquired_from", "replay_read_only"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +27,17 @@ class Acquired:
     row: Any
     sent: float
     """Loop time the statement was sent: the lease is proven held until ``sent + ttl``."""
+
+
+def acquired_from(row: Any, thread_id: str, owner: str, sent: float, epoch: Any) -> Acquired:
+    """What an acquisition's row says (``epoch`` ``None``: the lease was held by another).
+    The preloaded checkpoint is current only if the previous holder had released the lease
+    before the statement's snapshot (a commit releases it in its own transaction)."""
+    lease = None if epoch is None else PgLease(thread_id, epoch, owner)
+    trusted = lease is not None and (
+        (row["seen_rows"] == 0 and lease.epoch == 1) or row["released_epoch"] == lease.epoch - 1
+    )
+    return Acquired(lease, trusted, row, sent)
 
 
 @dataclass(frozen=True, slots=True)

@@ -122,19 +122,20 @@ class PostgresDurability(DurableStore[PgLease]):
         db, heads = self.connection, self.head_texts
         sql = Statements.render(self.schema)
         outbox_sql, inbox_sql = OutboxStatements(self.schema), InboxStatements(self.schema)
+        turns = PostgresTurns(
+            db,
+            sql,
+            heads,
+            lease_settings=self.lease_settings,
+            lock_timeout=lock_timeout,
+            json_limits=json_limits,
+        )
         super().__init__(
-            PostgresTurns(
-                db,
-                sql,
-                heads,
-                lease_settings=self.lease_settings,
-                lock_timeout=lock_timeout,
-                json_limits=json_limits,
-            ),
+            turns,
             history=PostgresHistory(db, sql, heads, json_limits=json_limits),
             outbox=PostgresOutbox(db, outbox_sql),
             inspection=PostgresInspection(db),
-            inbox=PostgresInbox(db, inbox_sql),
+            inbox=PostgresInbox(db, inbox_sql, turns.handed),
             lock_timeout=lock_timeout,
             json_limits=json_limits,
         )

@@ -64,6 +64,7 @@ from ...contracts.inbox import (
 from .._inbox_role import NewRequest, Submitted
 from .._inbox_rows import CORRUPT_REQUEST, decode_progress, decode_request, encode_log
 from ._connection import PgConnection
+from ._handoff import HandedLeases
 from ._inbox_sql import InboxStatements
 
 __all__ = ["PostgresInbox"]
@@ -76,23 +77,31 @@ class PostgresInbox:
     """``InboxStorage`` over the ``inbox`` and ``progress`` tables (the facade has checked the
     arguments)."""
 
-    def __init__(self, db: PgConnection, sql: InboxStatements) -> None:
+    def __init__(self, db: PgConnection, sql: InboxStatements, handed: HandedLeases) -> None:
         self._db = db
         self._inbox_sql = sql
+        self._handed = handed
 
     # ---------------------------------------------------------------- requests
 
     async def submit(self, request: NewRequest) -> Submitted:
         if request.claimer is not None and request.not_before is None:
-            row = await self._db.fetchrow(
-                self._inbox_sql.submit_claimed,
+            claimer, db, sql = request.claimer, self._db, self._inbox_sql.submit_claimed
+            row = await self._handed.submit(
+                lambda owner, lease_ttl: db.fetchrow(
+                    sql,
+                    request.thread_id,
+                    request.turn_id,
+                    request.text,
+                    request.payload,
+                    request.fingerprint,
+                    claimer,
+                    request.claim_ttl,
+                    owner,
+                    lease_ttl,
+                ),
                 request.thread_id,
                 request.turn_id,
-                request.text,
-                request.payload,
-                request.fingerprint,
-                request.claimer,
-                request.claim_ttl,
             )
             if row is not None:
                 return Submitted(decode_request(row), inserted=True)

@@ -75,10 +75,34 @@ SELECT r.*, (SELECT count(*) FROM written) > 0 AS inserted,
 FROM (SELECT 1) AS one
 LEFT JOIN (SELECT * FROM written UNION ALL SELECT * FROM existing) r ON true
 LEFT JOIN prior p ON true"""
-        # $1 thread, $2 turn, $3 text, $4 payload, $5 fingerprint, $6 worker, $7 ttl seconds.
-        self.submit_claimed = (
-            f"SELECT {cols} FROM {q}.inbox_submit_claimed($1, $2, $3, $4, $5, $6, $7::float8)"
-        )
+        # $1 thread, $2 turn, $3 text, $4 payload, $5 fingerprint, $6 worker, $7 ttl seconds,
+        # $8 lease owner, $9 lease ttl seconds. The submit that claims (``inbox_submit_claimed``)
+        # and, when it claimed, the thread's lease for the worker's turn with the checkpoint, as
+        # the turn's acquire takes them (``_sql``): the worker's turn then opens without a
+        # statement. The function made the transaction synchronous; nothing here turns that
+        # off. No row: the id is taken (the caller submits as usual).
+        self.submit_claimed = f"""
+WITH r AS (
+    SELECT * FROM {q}.inbox_submit_claimed($1, $2, $3, $4, $5, $6, $7::float8)
+), seen AS (
+    SELECT epoch, expires_at FROM {q}.leases WHERE thread_id = $1
+), acquired AS (
+    INSERT INTO {q}.leases AS l (thread_id, owner, epoch, expires_at)
+    SELECT $1, $8, 1, clock_timestamp() + make_interval(secs => $9::float8)
+    FROM r WHERE r.state = 'running' AND r.claimed_by = $6
+    ON CONFLICT (thread_id) DO UPDATE
+        SET owner = excluded.owner, epoch = l.epoch + 1, expires_at = excluded.expires_at
+        WHERE l.expires_at <= clock_timestamp()
+    RETURNING epoch
+)
+SELECT {_columns("r")}, a.epoch AS lease_epoch, (SELECT count(*) FROM seen) AS seen_rows,
+       (SELECT e.epoch FROM seen e WHERE e.expires_at = '-infinity') AS released_epoch,
+       NULL::text AS prior_result, NULL::text AS prior_fingerprint,
+       h.revision AS head_revision, c.result AS head_result
+FROM r
+LEFT JOIN acquired a ON true
+LEFT JOIN {q}.heads h ON h.thread_id = $1 AND a.epoch IS NOT NULL
+LEFT JOIN {q}.turns c ON c.thread_id = $1 AND c.turn_id = h.turn_id"""
         # $1 worker, $2 ttl seconds.
         self.claim = f"SELECT {cols} FROM {q}.inbox_claim($1, $2::float8)"
         # $1 position, $2 worker, $3 error code, $4 error: a claimed row that cannot be read.

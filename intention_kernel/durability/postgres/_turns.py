@@ -31,9 +31,10 @@ from .._documents import decode_turn
 from .._ledger import EffectStart
 from .._settle import settle
 from ..storage import OpenedTurn, StoredTurn, TurnCommit
-from ._acquire import Acquired, ReadOnly, acquire_statement, replay_read_only
+from ._acquire import Acquired, ReadOnly, acquire_statement, acquired_from, replay_read_only
 from ._connection import PgConnection
 from ._effects import PostgresEffects
+from ._handoff import HandedLeases
 from ._heads import HeadTexts
 from ._lease import Heartbeat, LeaseSettings, PgLease, new_owner
 from ._sql import Statements
@@ -69,6 +70,8 @@ class PostgresTurns:
         self._effects = PostgresEffects(db, sql, json_limits=json_limits)
         # Lease releases that outlive a cancelled caller; ``close`` waits for them.
         self._background: set[asyncio.Task[None]] = set()
+        self.handed = HandedLeases(lease_settings, self._give_back)
+        """Leases a submit that claims took for its worker's turn (see ``_handoff``)."""
 
     async def _try_acquire(self, thread_id: str, turn_id: str, *, skip_committed: bool) -> Acquired:
         owner = new_owner()
@@ -107,13 +110,7 @@ class PostgresTurns:
             if row["epoch"] is not None:
                 await self._give_back(thread_id, owner)
             raise cancel
-        lease = None if row["epoch"] is None else PgLease(thread_id, row["epoch"], owner)
-        # The preloaded checkpoint is current only if the previous holder had released the
-        # lease before this statement's snapshot (a commit releases it in its own transaction).
-        trusted = lease is not None and (
-            (row["seen_rows"] == 0 and lease.epoch == 1) or row["released_epoch"] == lease.epoch - 1
-        )
-        return Acquired(lease, trusted, row, sent)
+        return acquired_from(row, thread_id, owner, sent, row["epoch"])
 
     async def _give_back(self, thread_id: str, owner: str) -> None:
         """Release the lease the acquisition by ``owner`` may have taken, to the end of the
@@ -159,8 +156,11 @@ class PostgresTurns:
     @asynccontextmanager
     async def open_turn(self, thread_id: str, turn_id: str) -> AsyncIterator[OpenedTurn[PgLease]]:
         """One statement: the committed turn (replay, no lease taken) or the lease with the
-        checkpoint; a ``load`` statement only when that checkpoint may be stale."""
-        acquired = await self._try_acquire(thread_id, turn_id, skip_committed=True)
+        checkpoint; a ``load`` statement only when that checkpoint may be stale. None for a
+        turn whose submit took the lease for it (``handed``)."""
+        acquired = self.handed.take(thread_id, turn_id) or await self._try_acquire(
+            thread_id, turn_id, skip_committed=True
+        )
         prior = self._stored_turn(acquired.row, thread_id, turn_id)
         if prior is not None:
             yield OpenedTurn(prior, None)
@@ -351,6 +351,7 @@ class PostgresTurns:
         return await self._effects.get_receipt(thread_id, idempotency_key)
 
     async def close(self) -> None:
+        await self.handed.close()
         if self._background:  # lease releases of cancelled turns, before the pool goes
             await asyncio.wait(self._background, timeout=self._release_timeout + 1)
         await self._db.close()
