@@ -15,8 +15,8 @@ measure consent, not the inbox.
    each repetition runs two cells back to back (order alternating), each in a fresh process:
    ``direct``, every client awaits ``agent.run`` in a loop; ``inbox``, every client
    ``agent.submit``s its next turn and waits for its commit while one in-process worker
-   (``agent.worker(concurrency=clients)``, default claim ttl and polling) claims, runs and
-   commits it. A client learns of the commit from an in-process event sink (the kernel hands a
+   (``agent.worker(concurrency=clients)``, default claim ttl and polling) runs and commits it
+   (the submit hands it the turn when it has a free slot: the submit is the claim). A client learns of the commit from an in-process event sink (the kernel hands a
    turn's events to it right after the commit, sending no statement); both sides have it.
    Client CPU: ``getrusage`` of the cell's process over the timed window; PostgreSQL server
    CPU as ``postgres_turns`` measures it (``bench/_server.py``: the backends of the bench
@@ -27,8 +27,8 @@ measure consent, not the inbox.
    and names what it does (submit, claim that found a request, empty claim, progress append,
    turn open, turn commit that also marks the request done, renew, ...); on SQLite it also
    counts fsyncs (``strace -f -c``, minus a run of zero turns, when strace is installed).
-   Then each inbox operation alone (``--part-calls`` submits, claims, empty claims, progress
-   appends of a one-read turn's four items, gets, releases in a row, fresh process per store
+   Then each inbox operation alone (``--part-calls`` submits, submits that claim, claims,
+   empty claims, progress appends of a one-read turn's four items, gets, releases in a row, fresh process per store
    and repetition): client CPU and, on PostgreSQL, the bench database's backends' CPU per
    call; weighed by the calls per turn, they say how much of inbox - direct is the inbox's
    own statements and how much the rest of the worker's path.
