@@ -218,6 +218,21 @@ RULES = [
             ("_pydantic_ai", ("pydantic_ai", "google")),
         )
     ),
+    Rule(
+        "only intention_kernel/mcp and its example import the MCP SDK (the mcp extra)",
+        tuple(
+            str(path.relative_to(ROOT))
+            for path in sorted((ROOT / "intention_kernel").rglob("*.py"))
+            if path.relative_to(ROOT / "intention_kernel").parts[:1] != ("mcp",)
+            and path.relative_to(ROOT / "intention_kernel").parts[:2] != ("examples", "mcp_notes")
+        ),
+        driver("mcp", "mcp_types", "jsonschema", "referencing"),
+    ),
+    Rule(
+        "MCP tools are capabilities: intention_kernel/mcp builds on the kernel and the contracts",
+        ("intention_kernel/mcp",),
+        within("contracts", "kernel", "mcp"),
+    ),
 ]
 
 

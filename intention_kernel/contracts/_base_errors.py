@@ -96,6 +96,11 @@ class ErrorCode(StrEnum):
     REQUEST_DEAD = "REQUEST_DEAD"
     INVALID_CURSOR = "INVALID_CURSOR"
 
+    MCP_SERVER_UNAVAILABLE = "MCP_SERVER_UNAVAILABLE"
+    MCP_TOOL_INVALID = "MCP_TOOL_INVALID"
+    MCP_RESULT_INVALID = "MCP_RESULT_INVALID"
+    MCP_CALL_REFUSED = "MCP_CALL_REFUSED"
+
 
 class KernelError(Exception):
     """Root of every error raised by intention-kernel.
