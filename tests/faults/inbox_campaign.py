@@ -153,16 +153,69 @@ class Workers:
         self.live.clear()
 
 
-def campaign(target: Target, *, kills: int, seed: int = SEED) -> Report:
+@dataclass
+class SubmittingWorkers(Workers):
+    """Workers that also submit: slot ``i``'s process submits its threads' requests in plan
+    order, so its own worker is handed them while it has a free slot (the submit is the
+    claim, and on PostgreSQL takes the lease). A killed slot's replacement submits its list
+    again from the start: a submit is idempotent, and what committed is answered as done."""
+
+    lists: list[list[list[str]]] = field(default_factory=list)
+    slots: dict[int, int] = field(default_factory=dict)
+    """pid -> slot."""
+
+    def start_slot(self, slot: int) -> None:
+        process = inbox_worker.start({**self.spec, "slot": slot, "submit": self.lists[slot]})
+        assert process.pid is not None
+        self.live.append(process)
+        self.slots[process.pid] = slot
+        self.started += 1
+
+    def start(self) -> None:
+        self.start_slot(len(self.slots) % len(self.lists))
+
+    def reap(self, report: Report) -> None:
+        for process in list(self.live):
+            if process.exitcode is not None:
+                report.add("I8", f"worker {process.pid} exited by itself ({process.exitcode})")
+                self.live.remove(process)
+                self.start_slot(self.slots[process.pid or 0])
+
+    def kill_one(self) -> None:
+        victim = self.rng.choice(self.live)
+        assert victim.pid is not None
+        self.kills[victim.pid] = time.monotonic()
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.join(10)
+        self.live.remove(victim)
+        self.start_slot(self.slots[victim.pid])
+
+
+def _slot_lists(planned: list[Planned], slots: int) -> list[list[list[str]]]:
+    """The plan split by thread over ``slots`` submitters, each list in plan order."""
+    threads = sorted({p.thread for p in planned})
+    owner = {thread: i % slots for i, thread in enumerate(threads)}
+    lists: list[list[list[str]]] = [[] for _ in range(slots)]
+    for p in planned:
+        lists[owner[p.thread]].append([p.thread, p.turn, p.text])
+    return lists
+
+
+def campaign(target: Target, *, kills: int, seed: int = SEED, submitting: bool = False) -> Report:
     """Run the campaign with ``kills`` kills; the report (printed) holds figures and
-    violations."""
+    violations. ``submitting``: the workers submit the plan themselves (``SubmittingWorkers``)
+    instead of it being submitted up front, so turns are handed to them and kills land
+    between a submit that claimed and the turn's commit too."""
     name = f"inbox-kill-{target.name}" + (f"-{target.planted}" if target.planted else "")
+    name += "-submitting" if submitting else ""
     with reporting(Report(name)) as report, tempfile.TemporaryDirectory(prefix="ik-inbox-") as logs:
-        _run(report, target, kills, seed, logs)
+        _run(report, target, kills, seed, logs, submitting)
     return report
 
 
-def _run(report: Report, target: Target, kills: int, seed: int, logs: str) -> None:
+def _run(
+    report: Report, target: Target, kills: int, seed: int, logs: str, submitting: bool
+) -> None:
     rng = random.Random(f"{seed}-{target.name}")
     turns = kills * TURNS_PER_KILL
     threads = max(THREADS, math.ceil(turns / TURNS_PER_THREAD))
@@ -177,9 +230,21 @@ def _run(report: Report, target: Target, kills: int, seed: int, logs: str) -> No
         "worker": WORKER_SETTINGS,
     }
     began = time.monotonic()
-    asyncio.run(_submit(target, planned))
+    workers: Workers
+    if submitting:
+        workers = SubmittingWorkers(spec, rng, lists=_slot_lists(planned, WORKERS))
+    else:
+        asyncio.run(_submit(target, planned))
+        workers = Workers(spec, rng)
     submitted = time.monotonic()
-    workers = Workers(spec, rng)
+
+    def unfinished() -> int:
+        """Open requests, or the whole plan while a slot has not submitted all of its own."""
+        done = {r["slot"] for r in read_log(log) if r["ev"] == "submitted"}
+        if submitting and len(done) < WORKERS:
+            return len(planned)
+        return asyncio.run(_open_requests(target))
+
     try:
         for _ in range(WORKERS):
             workers.start()
@@ -197,11 +262,11 @@ def _run(report: Report, target: Target, kills: int, seed: int, logs: str) -> No
             workers.reap(report)
             workers.kill_one()
             if time.monotonic() - looked > 1.0:
-                left, looked = asyncio.run(_open_requests(target)), time.monotonic()
+                left, looked = unfinished(), time.monotonic()
         killed = time.monotonic()
         report.figures["requests_open_after_the_kills"] = left
         deadline = killed + SETTLE
-        while (left := asyncio.run(_open_requests(target))) and time.monotonic() < deadline:
+        while (left := unfinished()) and time.monotonic() < deadline:
             workers.reap(report)
             time.sleep(0.2)
         settled = time.monotonic()
@@ -225,6 +290,8 @@ def _run(report: Report, target: Target, kills: int, seed: int, logs: str) -> No
     )
     report.runs = workers.started
     report.injections["kill -9"] = len(workers.kills)
+    if submitting:
+        report.figures["handed_over"] = sum(1 for r in read_log(log) if r["ev"] == "handed")
     report.figures.update(
         {
             "turns": len(planned),

@@ -16,9 +16,10 @@ The worker appends JSON lines to ``log`` (O_APPEND, one ``write`` each): ``effec
 ``recorded`` at the ledger's crash points (a ``prepared`` row is committed / the final
 receipt is), ``entered`` when the turn holds the thread's lease, ``committing`` /
 ``committed`` around the turn's commit (the crash points, which here only log, with the
-system-wide monotonic time). ``IK_PLANTED_BUG=done_before_commit`` (SQLite) runs the store with
-that planted bug (``tests.support.planted_inbox``): the campaign must catch it. As a script it
-needs the repository root on ``PYTHONPATH``.
+system-wide monotonic time). ``IK_PLANTED_BUG=done_before_commit`` or ``claims_busy_threads``
+(SQLite) runs the store with that planted bug (``tests.support.planted_inbox``): the campaign
+must catch it. ``spec["submit"]`` makes the worker process submit those requests itself (the
+campaign's submitting variant). As a script it needs the repository root on ``PYTHONPATH``.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from pydantic import BaseModel, JsonValue
 
 from intention_kernel._crashpoints import AnyCrashPoint, CrashPoint, set_crash_hook
 from intention_kernel.contracts import DurabilityStore, EffectAuthority, ModelRequest
-from intention_kernel.contracts.errors import EffectUncertainError
+from intention_kernel.contracts.errors import EffectUncertainError, KernelError
 from intention_kernel.durability.factory import describe_store, open_durability
 from intention_kernel.kernel import (
     CapabilityContext,
@@ -224,11 +225,38 @@ async def _open(spec: Mapping[str, Any]) -> DurabilityStore:
     if not planted:
         return await open_durability(spec["url"], **options)
     location = describe_store(spec["url"])
-    if planted != "done_before_commit" or location.path is None:
-        raise SystemExit(f"no planted bug {planted!r} for {location.backend}")
-    from tests.support.planted_inbox import DoneBeforeCommitSQLite
+    from tests.support.planted_inbox import ClaimsBusyThreadsSQLite, DoneBeforeCommitSQLite
 
-    return await DoneBeforeCommitSQLite.open(location.path, **options)
+    planted_stores = {
+        "done_before_commit": DoneBeforeCommitSQLite,
+        "claims_busy_threads": ClaimsBusyThreadsSQLite,
+    }
+    if planted not in planted_stores or location.path is None:
+        raise SystemExit(f"no planted bug {planted!r} for {location.backend}")
+    return await planted_stores[planted].open(location.path, **options)
+
+
+async def _submit_own(
+    spec: Mapping[str, Any], agent: CompiledAgent, worker_id: str, log: str
+) -> None:
+    """``spec["submit"]``: this slot's requests, submitted in order (again from the start
+    after a kill: a submit is idempotent); ``handed`` when the submit gave the turn to this
+    process's worker, ``submitted`` once all of them are stored."""
+    own: list[list[str]] = spec.get("submit") or []
+    if not own:
+        return
+    await asyncio.sleep(0)  # the worker is running first, so it can be handed turns
+    for thread, turn, text in own:
+        while True:
+            try:
+                request = await agent.submit(thread_id=thread, turn_id=turn, text=text)
+                break
+            except KernelError as exc:  # the store busy: the same submit again
+                append(log, {"ev": "submit_failed", "pid": os.getpid(), "code": str(exc.code)})
+                await asyncio.sleep(0.05)
+        if request.claimed_by == worker_id and request.attempts == 1:
+            append(log, {"ev": "handed", "pid": os.getpid(), "thread_id": thread, "turn_id": turn})
+    append(log, {"ev": "submitted", "pid": os.getpid(), "slot": spec["slot"]})
 
 
 _TERMINATED: list[bool] = [False]
@@ -248,7 +276,14 @@ async def main(spec: Mapping[str, Any]) -> None:
         if _TERMINATED[0]:
             worker.stop()
         append(log, {"ev": "started", "pid": os.getpid(), "worker": worker.worker_id})
-        await worker.run()
+        running = loop.create_task(worker.run())
+        submitting = loop.create_task(_submit_own(spec, agent, worker.worker_id, log))
+        try:
+            await running
+        finally:
+            submitting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await submitting
         append(log, {"ev": "stopped", "pid": os.getpid(), "completed": worker.completed})
     finally:
         with contextlib.suppress(Exception):

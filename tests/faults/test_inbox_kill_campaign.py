@@ -22,11 +22,16 @@ and the workers' O_APPEND log (RELIABILITY.md b.1):
   interrupted, each in a turn that committed "being verified" (or whose request is dead), none
   left ``prepared`` unless its request is dead (I5c).
 
-CI runs 120 kills (60 per store) in about a minute and a half. The long run is the README's
-fault command, ``IK_FAULT_SCALE=20 .venv/bin/pytest tests/faults -s`` (``IK_FAULT_SCALE=10``
-already reaches 1,200 kills); ``IK_FAULT_SEED`` picks the plan and the kill moments. The last
-test plants "done marked outside the commit transaction" and requires the campaign to report
-it.
+A variant has the workers submit the plan themselves (each its share of the threads, again
+from the start after a kill: a submit is idempotent), so turns are handed to the submitter's
+own worker (the submit is the claim, and on PostgreSQL takes the lease) and kills land between
+such a submit and the turn's commit too; the same checks hold.
+
+CI runs 120 kills (60 per store) in about a minute and a half, and 50 more in the variant.
+The long run is the README's fault command, ``IK_FAULT_SCALE=20 .venv/bin/pytest tests/faults
+-s`` (``IK_FAULT_SCALE=10`` already reaches 1,200 kills); ``IK_FAULT_SEED`` picks the plan and
+the kill moments. The last test plants "done marked outside the commit transaction" and
+requires the campaign to report it.
 """
 
 from __future__ import annotations
@@ -44,6 +49,8 @@ from .kit import ProviderProcess, Report, fault_scale
 
 KILLS = 60
 """Kills per store in CI (``IK_FAULT_SCALE`` multiplies them)."""
+SUBMITTING_KILLS = 25
+"""Kills per store in CI of the variant whose workers submit the plan themselves."""
 
 
 @contextlib.contextmanager
@@ -101,6 +108,22 @@ def test_postgres_inbox_survives_kills_without_client_retries(dsn: str, schema: 
     _passed(report, kills)
 
 
+def test_sqlite_inbox_survives_kills_of_workers_that_submit(tmp_path: Path) -> None:
+    kills = SUBMITTING_KILLS * fault_scale()
+    with sqlite_target(tmp_path) as target:
+        report = campaign(target, kills=kills, submitting=True)
+    _passed(report, kills)
+    assert report.figures["handed_over"] > 0, "no turn was handed to its submitter's worker"
+
+
+def test_postgres_inbox_survives_kills_of_workers_that_submit(dsn: str, schema: str) -> None:
+    kills = SUBMITTING_KILLS * fault_scale()
+    with postgres_target(dsn, schema) as target:
+        report = campaign(target, kills=kills, submitting=True)
+    _passed(report, kills)
+    assert report.figures["handed_over"] > 0, "no turn was handed to its submitter's worker"
+
+
 def test_the_campaign_catches_done_marked_outside_the_commit(tmp_path: Path) -> None:
     """With the planted bug a kill between the early ``done`` and the commit leaves a done
     request whose turn never committed: the campaign reports it (a few short rounds, as the
@@ -114,3 +137,11 @@ def test_the_campaign_catches_done_marked_outside_the_commit(tmp_path: Path) -> 
         if found:
             break
     assert found, "the planted bug went unnoticed"
+
+
+def test_the_submitting_campaign_catches_a_claim_of_a_busy_thread(tmp_path: Path) -> None:
+    """With a submit that claims whatever its thread holds, a thread's requests run out of
+    submission order (and side by side): the variant whose workers submit reports it."""
+    with sqlite_target(tmp_path, planted="claims_busy_threads") as target:
+        report = campaign(target, kills=SUBMITTING_KILLS, submitting=True)
+    assert any("submission order" in v for v in report.violations["I3"]), report.violations

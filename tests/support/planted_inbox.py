@@ -1,4 +1,5 @@
-"""A planted inbox bug: the turn's request is marked ``done`` outside the commit transaction.
+"""Planted inbox bugs: the turn's request marked ``done`` outside the commit transaction, and a
+submit that claims a busy thread's request.
 
 The inbox promises that a request is ``done`` if and only if its turn committed: the commit
 marks it in its own transaction. ``DoneBeforeCommit`` breaks that the way a worker that
@@ -22,7 +23,12 @@ from intention_kernel.durability.sqlite import SQLiteDurability
 from intention_kernel.durability.sqlite._inbox_rows import mark_done
 from intention_kernel.durability.store import DurableStore
 
-__all__ = ["DoneBeforeCommit", "DoneBeforeCommitSQLite", "EarlyDoneScope"]
+__all__ = [
+    "ClaimsBusyThreadsSQLite",
+    "DoneBeforeCommit",
+    "DoneBeforeCommitSQLite",
+    "EarlyDoneScope",
+]
 
 MarkDone = Callable[[str, str], Awaitable[None]]
 
@@ -60,6 +66,19 @@ class DoneBeforeCommit(DurableStore[Any]):
     ) -> AbstractAsyncContextManager[Any]:
         opened = super().turn(thread_id, turn_id, request_fingerprint=request_fingerprint)
         return _wrapped(opened, self.mark_done_early)
+
+
+class ClaimsBusyThreadsSQLite(SQLiteDurability):
+    """The SQLite store with another bug: a submit that claims for a worker of its process
+    does not look at its thread's open requests, so a later request runs before (or beside)
+    an earlier one. The inbox kill campaign whose workers submit must report it."""
+
+    @classmethod
+    async def open(cls, *args: Any, **kwargs: Any) -> ClaimsBusyThreadsSQLite:
+        store = await super().open(*args, **kwargs)
+        store.inbox.storage.head_check = "SELECT 1 WHERE ?1 IS NULL"  # type: ignore[attr-defined]
+        assert isinstance(store, ClaimsBusyThreadsSQLite)
+        return store
 
 
 class DoneBeforeCommitSQLite(DoneBeforeCommit, SQLiteDurability):

@@ -78,6 +78,10 @@ class SQLiteInbox:
     """``InboxStorage`` over the ``ik_inbox`` and ``ik_progress`` tables of one SQLite
     ``Connection``."""
 
+    head_check = _THREAD_OPEN
+    """Whether a submit that claims must leave the request pending (its thread has an open
+    request). Only a test store replaces it, to show the kill campaign catches the bug."""
+
     def __init__(self, db: Connection, *, clock: Callable[[], datetime] = utc_now) -> None:
         self._db = db
         self._now = clock
@@ -99,7 +103,7 @@ class SQLiteInbox:
                 return None, True, committed[0]
             now = self._now()
             claimer = request.claimer if request.not_before is None else None
-            if claimer is not None and conn.execute(_THREAD_OPEN, (thread_id,)).fetchone():
+            if claimer is not None and conn.execute(self.head_check, (thread_id,)).fetchone():
                 claimer = None  # the thread's open request goes first
             position = conn.execute(
                 "INSERT INTO ik_inbox (thread_id, turn_id, state, text, payload, fingerprint,"
