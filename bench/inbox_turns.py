@@ -16,8 +16,9 @@ measure consent, not the inbox.
    ``direct``, every client awaits ``agent.run`` in a loop; ``inbox``, every client
    ``agent.submit``s its next turn and waits for its commit while one in-process worker
    (``agent.worker(concurrency=clients)``, default claim ttl and polling) runs and commits it
-   (the submit hands it the turn when it has a free slot: the submit is the claim). A client learns of the commit from an in-process event sink (the kernel hands a
-   turn's events to it right after the commit, sending no statement); both sides have it.
+   (the submit hands it the turn when it has a free slot: the submit is the claim). A client
+   learns of the commit from an in-process event sink (the kernel hands a turn's events to it
+   right after the commit, sending no statement); both sides have it.
    Client CPU: ``getrusage`` of the cell's process over the timed window; PostgreSQL server
    CPU as ``postgres_turns`` measures it (``bench/_server.py``: the backends of the bench
    database, the WAL writer, checkpointer and background writer, from ``/proc``). Ratios
@@ -28,10 +29,10 @@ measure consent, not the inbox.
    turn open, turn commit that also marks the request done, renew, ...); on SQLite it also
    counts fsyncs (``strace -f -c``, minus a run of zero turns, when strace is installed).
    Then each inbox operation alone (``--part-calls`` submits, submits that claim, claims,
-   empty claims, progress appends of a one-read turn's four items, gets, releases in a row, fresh process per store
-   and repetition): client CPU and, on PostgreSQL, the bench database's backends' CPU per
-   call; weighed by the calls per turn, they say how much of inbox - direct is the inbox's
-   own statements and how much the rest of the worker's path.
+   empty claims, progress appends of a one-read turn's four items, gets, releases in a row,
+   fresh process per store and repetition): client CPU and, on PostgreSQL, the bench
+   database's backends' CPU per call; weighed by the calls per turn, they say how much of
+   inbox - direct is the inbox's own statements and how much the rest of the worker's path.
 2. **Latency at 1 client.** Per store and repetition one fresh process runs
    ``--latency-turns`` rounds of three turns, each on its own thread, order rotating: a direct
    run; a submitted turn whose commit is learnt in process (the sink); a submitted turn
