@@ -13,6 +13,7 @@ from typing import Any
 from ..kernel import (
     ConfirmationHeld,
     StepFinished,
+    StepProgress,
     StepStarted,
     StreamItem,
     TextDelta,
@@ -58,6 +59,18 @@ def encode_item(
             return encode_event(
                 "step.finished",
                 {"step_id": step_id, "capability_id": capability_id, "status": str(status)},
+                event_id,
+            )
+        case StepProgress(step_id, capability_id, message, progress, total):
+            return encode_event(
+                "step.progress",
+                {
+                    "step_id": step_id,
+                    "capability_id": capability_id,
+                    "message": message,
+                    "progress": progress,
+                    "total": total,
+                },
                 event_id,
             )
         case ConfirmationHeld(interaction_id, kind, prompt, options):

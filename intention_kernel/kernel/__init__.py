@@ -41,6 +41,7 @@ from .approval import Approval, ConfirmationAnswer, operation_digest
 from .streaming import (
     ConfirmationHeld,
     StepFinished,
+    StepProgress,
     StepStarted,
     StreamItem,
     TextDelta,
@@ -81,6 +82,7 @@ __all__ = [
     "Response",
     "StepError",
     "StepFinished",
+    "StepProgress",
     "StepStarted",
     "StepStatus",
     "StepSummary",

@@ -9,6 +9,7 @@ its own causal branch.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -42,12 +43,15 @@ from ._keys import provider_idempotency_key
 from ._limits import stored_within
 from ._states import Confirmation, ConfirmationMode, Effect, EffectKind
 from .approval import Approval, ConfirmationAnswer
+from .streaming import ProgressRecorder, StepProgress
 
 __all__ = ["CapabilityContext", "StepEvents", "TurnInfo", "uncertain_copy"]
 
 UNKNOWN_OUTCOME = "the outcome is not known"
 EVENT_DATA = stored_within(1)
 """An event's data is stored one level inside its event."""
+PROGRESS_CHARS = 500
+"""Characters of one progress message a consumer is shown."""
 
 
 def uncertain_copy(receipt: EffectReceipt) -> EffectReceipt:
@@ -66,6 +70,12 @@ def uncertain_copy(receipt: EffectReceipt) -> EffectReceipt:
             "error": receipt.error or UNKNOWN_OUTCOME,
         }
     )
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +119,11 @@ class StepEvents:
         return self._recorder.emit(
             type, data, cause=self._cause, step_id=self._step_id, category=category
         )
+
+    def report(self, item: StepProgress) -> None:
+        """Hand a step's progress to the turn's stream, when the turn is streamed."""
+        if isinstance(self._recorder, ProgressRecorder):
+            self._recorder.report(item)
 
 
 class CapabilityContext:
@@ -197,6 +212,20 @@ class CapabilityContext:
     def remaining(self) -> float:
         """Seconds left before the step's deadline (pass it on as a provider timeout)."""
         return max(0.0, self.deadline - asyncio.get_running_loop().time())
+
+    def report_progress(
+        self, message: str, *, progress: float | None = None, total: float | None = None
+    ) -> None:
+        """Tell whoever streams the turn how far this step got (a ``StepProgress`` item).
+
+        Advisory: never stored with the turn, dropped when nobody streams it (the inbox's
+        progress log records it for watchers). ``message`` is cut to ``PROGRESS_CHARS``; a
+        number that is not finite is left out."""
+        text = str(message)[:PROGRESS_CHARS]
+        item = StepProgress(
+            self.step_id, self.capability_id, text, _number(progress), _number(total)
+        )
+        self.events.report(item)
 
     def fact(self, ref: str, key: str | None = None) -> FactRecord | None:
         """The visible fact ``name@version`` (optionally with its key), if any."""

@@ -20,6 +20,7 @@ from ._states import StepStatus
 from .streaming import (
     ConfirmationHeld,
     StepFinished,
+    StepProgress,
     StepStarted,
     StreamItem,
     TextDelta,
@@ -52,6 +53,15 @@ def encode_item(item: StreamItem) -> dict[str, JsonValue]:
             "capability_id": item.capability_id,
             "status": str(item.status),
         }
+    if isinstance(item, StepProgress):
+        return {
+            "type": "step_progress",
+            "step_id": item.step_id,
+            "capability_id": item.capability_id,
+            "message": item.message,
+            "progress": item.progress,
+            "total": item.total,
+        }
     if isinstance(item, ConfirmationHeld):
         return {
             "type": "confirmation_held",
@@ -75,6 +85,15 @@ def decode_item(item: dict[str, JsonValue]) -> StreamItem | None:
         if kind == "step_finished":
             return StepFinished(
                 str(item["step_id"]), str(item["capability_id"]), StepStatus(str(item["status"]))
+            )
+        if kind == "step_progress":
+            done, total = item.get("progress"), item.get("total")
+            return StepProgress(
+                str(item["step_id"]),
+                str(item["capability_id"]),
+                str(item["message"]),
+                None if done is None else float(done),  # type: ignore[arg-type]
+                None if total is None else float(total),  # type: ignore[arg-type]
             )
         if kind == "confirmation_held":
             options = item["options"]

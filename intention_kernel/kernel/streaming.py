@@ -28,6 +28,7 @@ from ._states import StepStatus
 __all__ = [
     "ConfirmationHeld",
     "StepFinished",
+    "StepProgress",
     "StepStarted",
     "StreamItem",
     "TextDelta",
@@ -54,6 +55,19 @@ class StepFinished:
     step_id: str
     capability_id: str
     status: StepStatus
+
+
+@dataclass(frozen=True, slots=True)
+class StepProgress:
+    """A running step's own report of how far it got (``context.report_progress``, e.g. an
+    MCP tool's progress notifications): ``progress`` of ``total`` when known. Advisory, never
+    part of the committed turn."""
+
+    step_id: str
+    capability_id: str
+    message: str
+    progress: float | None = None
+    total: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +104,9 @@ class TurnCompleted:
     result: TurnResult
 
 
-StreamItem = StepStarted | StepFinished | ConfirmationHeld | TextDelta | TurnCompleted
+StreamItem = (
+    StepStarted | StepFinished | StepProgress | ConfirmationHeld | TextDelta | TurnCompleted
+)
 """Everything ``CompiledAgent.stream`` yields; ``TurnCompleted`` always comes last."""
 
 Listener = Callable[[StreamItem], None]
@@ -328,6 +344,10 @@ class ProgressRecorder(EventRecorder):
                     status = StepStatus(type.removeprefix("step."))
                     self._progress.emit(StepFinished(step_id, capability, status))
         return event
+
+    def report(self, item: StepProgress) -> None:
+        """A step's own progress (``context.report_progress``), passed on as it is."""
+        self._progress.emit(item)
 
 
 async def drive(

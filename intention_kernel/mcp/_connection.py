@@ -25,6 +25,7 @@ from mcp import Client
 from mcp.client._transport import Transport, TransportStreams, WriteStream
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 from mcp_types import RequestParamsMeta
@@ -303,7 +304,12 @@ class McpServer:
         )
 
     async def call(
-        self, name: str, arguments: dict[str, Any], *, key: str | None = None
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        *,
+        key: str | None = None,
+        progress: ProgressFnT | None = None,
     ) -> tuple[types.CallToolResult | BaseException, bool]:
         """Call the tool; ``(result or error, sent)``. ``sent`` says whether the request (its
         ``key`` in ``_meta``) was handed to the transport: if not, the server never saw it.
@@ -311,21 +317,27 @@ class McpServer:
         A connection found ended before the request left is reopened and the call made once
         more (nothing was sent). Opening may raise ``McpUnavailableError`` (nothing was sent).
         Any other error is returned, not raised, with ``sent``: the caller decides what it
-        proves."""
-        outcome, sent = await self._call_once(name, arguments, key)
+        proves. ``progress`` gets the server's progress notifications for the call."""
+        outcome, sent = await self._call_once(name, arguments, key, progress)
         if isinstance(outcome, BaseException) and not sent and key is not None:
-            return await self._call_once(name, arguments, key)
+            return await self._call_once(name, arguments, key, progress)
         if isinstance(outcome, BaseException) and key is None and _lost(outcome):
-            return await self._call_once(name, arguments, key)
+            return await self._call_once(name, arguments, key, progress)
         return outcome, sent
 
     async def _call_once(
-        self, name: str, arguments: dict[str, Any], key: str | None
+        self, name: str, arguments: dict[str, Any], key: str | None, progress: ProgressFnT | None
     ) -> tuple[types.CallToolResult | BaseException, bool]:
         client, live = await self._client()
         meta = cast("RequestParamsMeta", {IDEMPOTENCY_META_KEY: key}) if key is not None else None
         call = asyncio.ensure_future(
-            client.call_tool(name, arguments, read_timeout_seconds=self.call_timeout, meta=meta)
+            client.call_tool(
+                name,
+                arguments,
+                read_timeout_seconds=self.call_timeout,
+                progress_callback=progress,
+                meta=meta,
+            )
         )
         ended = asyncio.ensure_future(live.ended.wait())
         try:

@@ -35,7 +35,7 @@ from ..kernel import (
 )
 from ._connection import McpServer
 from ._errors import McpCallNotApplied, McpError, McpToolDefinitionError, McpUnavailableError
-from ._results import error_text, stored
+from ._results import _clean, error_text, stored
 from ._schemas import SchemaModel, capability_name, schema_model, schema_problem
 
 __all__ = ["EffectKey", "ToolOverride", "capabilities_from_mcp"]
@@ -190,6 +190,20 @@ def _capability(
     )
 
 
+class _Progress:
+    """A call's progress notifications, as the step's progress (``StepProgress`` items of a
+    streamed turn) until the call returned: none is shown after the step's end."""
+
+    def __init__(self, context: CapabilityContext) -> None:
+        self._context = context
+        self.open = True
+
+    async def __call__(self, progress: float, total: float | None, message: str | None) -> None:
+        if self.open:
+            text = _clean(message or "")
+            self._context.report_progress(text, progress=progress, total=total)
+
+
 @dataclass(frozen=True, slots=True)
 class _ToolCall:
     """What one tool's capability runs: the call, and its result as the step's outcome."""
@@ -200,7 +214,13 @@ class _ToolCall:
     output: type[SchemaModel]
 
     async def read(self, context: CapabilityContext, arguments: SchemaModel) -> Completed | Failed:
-        outcome, _ = await self.server.call(self.tool, arguments.model_dump(mode="json"))
+        progress = _Progress(context)
+        try:
+            outcome, _ = await self.server.call(
+                self.tool, arguments.model_dump(mode="json"), progress=progress
+            )
+        finally:
+            progress.open = False
         if isinstance(outcome, BaseException):
             raise _call_error(outcome) from outcome
         value = stored(outcome)
@@ -213,10 +233,15 @@ class _ToolCall:
 
         async def operation(authority: EffectAuthority) -> JsonValue:
             provider_key = context.provider_key(authority, tenant=self.server.name)
+            progress = _Progress(context)
             try:
-                outcome, sent = await self.server.call(self.tool, args, key=provider_key)
+                outcome, sent = await self.server.call(
+                    self.tool, args, key=provider_key, progress=progress
+                )
             except McpUnavailableError as exc:
                 raise _not_sent() from exc
+            finally:
+                progress.open = False
             if isinstance(outcome, BaseException):
                 if not sent:
                     raise _not_sent() from outcome

@@ -14,6 +14,8 @@ import asyncio
 from intention_kernel.contracts.errors import ModelGatewayError
 from intention_kernel.contracts.gateway import ModelRequest
 from intention_kernel.examples.travel_desk import scripted_model
+from intention_kernel.http._sse import encode_item
+from intention_kernel.kernel import StepProgress
 
 from .support import (
     SEARCH,
@@ -182,3 +184,20 @@ async def _leave_mid_stream(live: Live, desk: Desk) -> None:
     assert "Booked: Alfama Inn" in again.json()["response"]["text"]
     assert desk.provider.total_calls() == 1  # the booking was replayed from the ledger
     assert any("hotels.book" in line for line in seen)
+
+
+def test_a_step_s_progress_is_an_event() -> None:
+    frame = encode_item(StepProgress("s-1", "notes.add", "half way", 1.0, 2.0), "4.ab")
+    assert frame.startswith(b"id: 4.ab\nevent: step.progress\n")
+    assert events(frame.decode()) == [
+        (
+            "step.progress",
+            {
+                "step_id": "s-1",
+                "capability_id": "notes.add",
+                "message": "half way",
+                "progress": 1.0,
+                "total": 2.0,
+            },
+        )
+    ]
