@@ -34,7 +34,9 @@ SCHEMAS: dict[str, Any] = {
             "text": {"type": "string", "default": ""},
             "selection": {
                 "type": ["object", "null"],
-                "description": 'a button press: {"interaction_id": ..., "option": ...}',
+                "description": 'a button press: {"interaction_id": ..., "option": ...};'
+                ' "edits": {field: value} approves a confirmation with edited arguments'
+                " where the capability allows it",
             },
         },
     },
@@ -138,6 +140,8 @@ SCHEMAS: dict[str, Any] = {
                                 "question": {"type": "string"},
                                 "interaction_id": {"type": "string"},
                                 "capability_id": {"type": "string"},
+                                "edited": {"type": "array", "items": {"type": "string"}},
+                                "proposed_question": {"type": "string"},
                             },
                         },
                         "response": ref("Response"),

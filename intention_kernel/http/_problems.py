@@ -94,7 +94,12 @@ _REFUSED_INPUT = {
     ErrorCode.PAYLOAD_TOO_LARGE,
     ErrorCode.INTERACTION_NOT_ACTIVE,
     ErrorCode.INTERACTION_OPTION_UNKNOWN,
+    ErrorCode.EDIT_INVALID,
+    ErrorCode.EDIT_NOT_ALLOWED,
 }
+_EDIT_CODES = (ErrorCode.EDIT_INVALID, ErrorCode.EDIT_NOT_ALLOWED)
+_EDIT_SHOWN = ("reason", "fields", "editable", "problems", "refusal")
+"""What a refused edit tells the client (``kernel._pipeline.edits``)."""
 # Codes that are retried while attempts remain: a request dead of one ran out of them.
 _RETRIED = {
     *_UNAVAILABLE,
@@ -176,6 +181,10 @@ def _from_kernel(exc: KernelError) -> HttpProblem:
         return HttpProblem(501, str(code), exc.message)
     if isinstance(exc, InvalidIdError):
         return HttpProblem(400, str(code), exc.message, extra=extra)
+    if code in _EDIT_CODES:
+        # Which fields, and why: the client's form marks them (no value is ever echoed).
+        shown = {k: v for k, v in exc.context.items() if k in _EDIT_SHOWN}
+        return HttpProblem(422, str(code), exc.message, extra={**(extra or {}), **shown})
     if isinstance(exc, InvalidInputError):
         return HttpProblem(422, str(code), exc.message, extra=extra)
     if isinstance(exc, TurnConflictError) and code in _CONFLICT:
@@ -260,6 +269,9 @@ def dead_problem(
         )
     if error_code in _CONFLICT:
         return HttpProblem(409, str(error_code), detail, extra=extra)
+    if error_code in _EDIT_CODES and said:
+        # A refused edit runs nothing and keeps the confirmation open: answer it again.
+        detail = f"{said}; nothing ran and the confirmation still waits for an answer"
     if error_code in _REFUSED_INPUT:
         return HttpProblem(422, str(error_code), detail, extra=extra)
     if error_code == "INTERNAL":

@@ -11,6 +11,7 @@ from ._compile import compile_manifest
 from ._context import CapabilityContext, TurnInfo
 from ._events import Redactor
 from ._failures import ErrorClassifier, StepError
+from ._function_capability import capability
 from ._kernel import Kernel
 from ._keys import provider_idempotency_key
 from ._limits import KernelLimits
@@ -97,6 +98,7 @@ __all__ = [
     "WorkerSettings",
     "admit_checkpoint",
     "allow",
+    "capability",
     "compile_manifest",
     "define_agent",
     "define_capability",

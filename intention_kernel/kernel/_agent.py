@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ._capability import Capability
 from ._policies import Policy
@@ -31,6 +32,8 @@ class AgentDefinition:
     policies: tuple[Policy, ...] = ()
     models: tuple[tuple[str, ModelChoice], ...] = ()
     facts: tuple[FactType, ...] = ()
+    deps_type: type[Any] | None = None
+    """The class of the host's dependencies (``Kernel(deps=...)``, ``run(deps=...)``)."""
 
 
 def define_agent(
@@ -44,13 +47,17 @@ def define_agent(
     policies: Sequence[Policy] = (),
     models: Mapping[str, ModelChoice] | None = None,
     facts: Sequence[FactType] = (),
+    deps_type: type[Any] | None = None,
 ) -> AgentDefinition:
     """Record an agent; ``kernel.compile(agent)`` validates it.
 
     ``model`` is passed to the kernel's gateway as the model to ask. ``models`` picks a model per
     task: ``{"interpret": ..., "compose": ..., "default": ...}``, each a ``ModelGateway`` or a
     model string (``"anthropic:claude-sonnet-4-5"``); the choices are part of the fingerprint.
-    ``facts`` declares what a model may see of fact types (``define_fact``).
+    ``facts`` declares what a model may see of fact types (``define_fact``). ``deps_type`` is
+    the class of the dependencies a turn runs with (``context.deps``, typed by
+    ``CapabilityContext[Deps]``): a run whose deps are not an instance is refused
+    (``INVALID_DEPS``). Not part of the fingerprint: deps are never stored.
     """
     chosen = sorted((models or {}).items(), key=lambda item: str(item[0]))
     return AgentDefinition(
@@ -63,4 +70,5 @@ def define_agent(
         policies=tuple(policies),
         models=tuple(chosen),
         facts=tuple(facts),
+        deps_type=deps_type,
     )

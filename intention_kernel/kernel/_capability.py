@@ -67,6 +67,11 @@ class Capability:
     consent_summary: str | None = None
     """A headline for the consent question, ``{field}`` placeholders filled from the input
     (``"Pay {amount_eur} EUR to {payee}"``); every field is still listed after it."""
+    problems: tuple[tuple[str, str], ...] = ()
+    """``(code, message)`` pairs ``@capability`` could not derive from the function: compile
+    lists them with every other problem (never part of the manifest)."""
+    editable: bool | tuple[str, ...] = False
+    """Which input fields a confirmation may be answered with edits to (``True``: all)."""
 
 
 def _names(fields: Sequence[str]) -> tuple[str, ...]:
@@ -90,13 +95,16 @@ def define_capability(
     guidance: Guidance | None = None,
     consent_fields: Sequence[str] = (),
     consent_summary: str | None = None,
+    editable: bool | Sequence[str] = False,
 ) -> Capability:
     """Record a capability. ``execute(context, input)`` gets the validated input model and
     returns ``Completed | NeedsInput | NeedsDependency | NeedsConfirmation | Failed``.
     Writes must declare ``effect="write"`` and go through ``context.run_effect``.
 
     ``consent_fields`` (input fields listed first) and ``consent_summary`` (a ``{field}``
-    template for the headline) shape the consent question; it always lists every field."""
+    template for the headline) shape the consent question; it always lists every field.
+    ``editable`` lets a kernel confirmation be approved with edits (``True``: any field, or the
+    named ones; default none, see ``docs/writes.md``)."""
     return Capability(
         id=id,
         version=version,
@@ -114,4 +122,5 @@ def define_capability(
         guidance=guidance if guidance is not None else Guidance(),
         consent_fields=_names(consent_fields),
         consent_summary=consent_summary,
+        editable=editable if isinstance(editable, bool) else _names(editable),
     )

@@ -86,9 +86,12 @@ def _check_schema(problems: _Problems, model: object, where: str, field: str) ->
 
 
 def _check_consent(problems: _Problems, cap: Capability, where: str) -> None:
-    """``consent_fields`` and the ``consent_summary`` placeholders name fields of the input."""
+    """``consent_fields``, the ``consent_summary`` placeholders and ``editable`` name fields of
+    the input."""
     known = set(cap.input_schema.model_fields) if _is_model(cap.input_schema) else None
     named: list[tuple[str, object]] = [("consent_fields", f) for f in cap.consent_fields]
+    if not isinstance(cap.editable, bool):
+        named += [("editable", f) for f in cap.editable]
     summary = cap.consent_summary
     if summary is not None:
         if not isinstance(summary, str) or not summary.strip():
@@ -145,6 +148,8 @@ def _check_capability(problems: _Problems, cap: Capability, where: str) -> None:
         problems.add("invalid_execute", where, "execute must be an async callable")
     if not isinstance(cap.guidance, Guidance):
         problems.add("invalid_guidance", where, "guidance must be a Guidance")
+    for code, message in cap.problems:
+        problems.add(code, where, message)
 
 
 def _check_models(problems: _Problems, models: object) -> None:
@@ -279,6 +284,8 @@ def check_agent(
                     f"capability {cap.id!r}",
                     f"requires {ref!r} but no other capability provides it",
                 )
+    if agent.deps_type is not None and not isinstance(agent.deps_type, type):
+        problems.add("invalid_deps_type", "agent", "deps_type must be a class (or None)")
     _check_models(problems, agent.models)
     _check_fact_types(problems, agent.facts, provided)
     if routes is not None:

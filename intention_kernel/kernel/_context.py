@@ -12,14 +12,16 @@ import asyncio
 import math
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic
 
 from pydantic import JsonValue
+from typing_extensions import TypeVar
 
 from ..contracts import codec
 from ..contracts.checkpoint import FactRecord
 from ..contracts.durability import TurnScope
 from ..contracts.errors import (
+    ConfigurationError,
     EffectConflictError,
     EffectNotAppliedError,
     EffectUncertainError,
@@ -45,7 +47,11 @@ from ._states import Confirmation, ConfirmationMode, Effect, EffectKind
 from .approval import Approval, ConfirmationAnswer
 from .streaming import ProgressRecorder, StepProgress
 
-__all__ = ["CapabilityContext", "StepEvents", "TurnInfo", "uncertain_copy"]
+__all__ = ["CapabilityContext", "Deps", "StepEvents", "TurnInfo", "turn_deps", "uncertain_copy"]
+
+Deps = TypeVar("Deps", default=Any)
+"""The host's dependencies a context carries (``define_agent(deps_type=...)``); a bare
+``CapabilityContext`` is ``CapabilityContext[Any]``."""
 
 UNKNOWN_OUTCOME = "the outcome is not known"
 EVENT_DATA = stored_within(1)
@@ -70,6 +76,21 @@ def uncertain_copy(receipt: EffectReceipt) -> EffectReceipt:
             "error": receipt.error or UNKNOWN_OUTCOME,
         }
     )
+
+
+def turn_deps(deps: object, default: object, deps_type: type[Any] | None) -> object:
+    """The turn's deps (the run's, else the kernel's), refused before the turn starts when
+    they are not an instance of the agent's ``deps_type``: a typed error, not an
+    ``AttributeError`` deep in a capability."""
+    chosen = default if deps is None else deps
+    if deps_type is not None and not isinstance(chosen, deps_type):
+        missing = " (none given: pass Kernel(deps=...) or run(deps=...))" if chosen is None else ""
+        raise ConfigurationError(
+            f"deps must be an instance of {deps_type.__qualname__}{missing}",
+            code=ErrorCode.INVALID_DEPS,
+            context={"expected": deps_type.__qualname__, "type": type(chosen).__qualname__},
+        )
+    return chosen
 
 
 def _number(value: object) -> float | None:
@@ -126,9 +147,9 @@ class StepEvents:
             self._recorder.report(item)
 
 
-class CapabilityContext:
-    """Everything one step may use: the host's ports, the facts visible at step start, the
-    turn identity, its own ids, deadline and event branch, and ``run_effect`` for writes.
+class CapabilityContext(Generic[Deps]):
+    """Everything one step may use: the host's ports and typed ``deps``, the facts visible at
+    step start, the turn identity, its own ids, deadline and event branch, and ``run_effect``.
 
     Built by the kernel for each step; a capability never constructs one. It is deliberately
     narrow so a capability can only reach the outside world through the host's ports and the
@@ -146,6 +167,7 @@ class CapabilityContext:
         "approval",
         "capability_id",
         "deadline",
+        "deps",
         "events",
         "execution_id",
         "facts",
@@ -173,8 +195,11 @@ class CapabilityContext:
         approval: Approval | None = None,
         answer: ConfirmationAnswer | None = None,
         request: JsonValue = None,
+        deps: Any = None,
     ) -> None:
         self._scope = scope
+        self.deps: Deps = deps
+        """The turn's dependencies (the run's, else the kernel's), typed by ``Deps``."""
         self._request = request
         self._effect = effect
         self._confirmation = confirmation

@@ -58,6 +58,8 @@ class Kernel:
     the host configures the SDK (see ``docs/observability.md``). ``classify_error`` maps an
     exception a capability raised to a ``StepError`` (``retryable``, ``code``), or ``None`` for
     the kernel's default (``OSError`` and ``TimeoutError`` retryable; see ``docs/kernel.md``).
+    ``deps`` is what capabilities see as ``context.deps`` (a run may pass its own); an agent
+    with a ``deps_type`` refuses a turn whose deps are not an instance (``INVALID_DEPS``).
     """
 
     def __init__(
@@ -74,6 +76,7 @@ class Kernel:
         tracer_provider: object | None = None,
         meter_provider: object | None = None,
         classify_error: ErrorClassifier | None = None,
+        deps: object = None,
     ) -> None:
         problems = []
         if not callable(getattr(durability, "with_turn", None)):
@@ -109,6 +112,7 @@ class Kernel:
         self.clock: Clock = clock or _now
         self.ids: IdFactory = ids or new_id
         self.classify_error = classify_error
+        self.deps = deps
         self.telemetry = Telemetry(
             tracer_provider=tracer_provider, meter_provider=meter_provider, redact=redact
         )
@@ -164,6 +168,7 @@ class Kernel:
             clock=self.clock,
             ids=self.ids,
             classify_error=self.classify_error,
+            deps=self.deps,
         )
         compat = Compatibility(
             fingerprint=fingerprint,

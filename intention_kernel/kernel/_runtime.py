@@ -1,10 +1,10 @@
 """``CompiledAgent.run``: one turn inside ``durability.with_turn``.
 
-Order: validate the request, including what the turn will record from it (typed errors, no
-model call, nothing written); enter the durable boundary with a
-request fingerprint; a committed turn returns at once (no model or capability call); the loaded
-checkpoint must be compatible; then the pipeline runs and commits. Events reach the host's sinks
-only after the turn ends, redacted.
+Order: validate the request, including what the turn will record from it and its deps (typed
+errors, no model call, nothing written); enter the durable boundary with a request fingerprint;
+a committed turn returns at once (no model or capability call); the loaded checkpoint must be
+compatible; then the pipeline runs and commits. Events reach the host's sinks only after the
+turn ends, redacted. ``deps`` (any entry point) replace the kernel's for one run, never stored.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from ..contracts.sinks import EventSink
 from ..contracts.turns import DurableTurnResult
 from ..telemetry import Telemetry, db_system
 from ._compat import Compatibility, admit_checkpoint
-from ._context import TurnInfo
+from ._context import TurnInfo, turn_deps
 from ._events import EventRecorder, Redactor, publish
 from ._pipeline import AgentRuntime, TurnState, run_pipeline
 from ._pipeline.state import Meter
@@ -139,9 +139,12 @@ class CompiledAgent:
         selection: Mapping[str, JsonValue] | None = None,
         host_context: Mapping[str, Any] | None = None,
         timeout: float | None = None,  # noqa: ASYNC109 - part of the public contract
+        deps: object = None,
     ) -> TurnResult:
         """Run one turn and return what it committed (or replay the stored one)."""
-        return await self._run(thread_id, turn_id, text, selection, host_context, timeout, None)
+        return await self._run(
+            thread_id, turn_id, text, selection, host_context, timeout, None, deps
+        )
 
     def stream(
         self,
@@ -152,6 +155,7 @@ class CompiledAgent:
         selection: Mapping[str, JsonValue] | None = None,
         host_context: Mapping[str, Any] | None = None,
         timeout: float | None = None,
+        deps: object = None,
     ) -> AsyncIterator[StreamItem]:
         """``run``, yielding provisional progress and last the committed ``TurnCompleted``.
 
@@ -161,7 +165,7 @@ class CompiledAgent:
         """
         return drive(
             lambda progress: self._run(
-                thread_id, turn_id, text, selection, host_context, timeout, progress
+                thread_id, turn_id, text, selection, host_context, timeout, progress, deps
             )
         )
 
@@ -228,6 +232,7 @@ class CompiledAgent:
         selection: Mapping[str, JsonValue] | None = None,
         host_context: Mapping[str, Any] | None = None,
         timeout: float | None = None,
+        deps: object = None,
     ) -> TurnResult:
         """``run`` for a thread without an event loop: blocks until the turn ended.
 
@@ -242,6 +247,7 @@ class CompiledAgent:
                 selection=selection,
                 host_context=host_context,
                 timeout=timeout,
+                deps=deps,
             ),
             what="run_sync",
         )
@@ -255,6 +261,7 @@ class CompiledAgent:
         selection: Mapping[str, JsonValue] | None = None,
         host_context: Mapping[str, Any] | None = None,
         timeout: float | None = None,
+        deps: object = None,
     ) -> Generator[StreamItem, None, None]:
         """``stream`` for a thread without an event loop, as a plain iterator.
 
@@ -269,6 +276,7 @@ class CompiledAgent:
                 selection=selection,
                 host_context=host_context,
                 timeout=timeout,
+                deps=deps,
             ),
             what="stream_sync",
         )
@@ -282,6 +290,7 @@ class CompiledAgent:
         host_context: Mapping[str, Any] | None,
         timeout: float | None,  # noqa: ASYNC109 - run's own argument
         progress: Progress | None,
+        deps: object = None,
     ) -> TurnResult:
         """The one path of ``run`` and ``stream``; ``progress`` listens for a stream."""
         limits = self._runtime.limits
@@ -291,6 +300,7 @@ class CompiledAgent:
         validate_text(text, limits, chosen is not None)
         context = validate_host_context(host_context)
         seconds = validate_timeout(timeout)
+        deps = turn_deps(deps, self._runtime.deps, self._runtime.definition.deps_type)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + (seconds if seconds is not None else 86_400.0)
         trace_id = self._runtime.ids("trace")
@@ -335,6 +345,7 @@ class CompiledAgent:
                 facts={} if checkpoint is None else {f.id: f for f in checkpoint.facts},
                 meter=meter,
                 progress=progress,
+                deps=deps,
             )
             state.start_event = recorder.emit(
                 "turn.started",

@@ -76,9 +76,13 @@ class Approval:
     """``selection`` (a UI control) or ``text`` (interpreted by the model)."""
     question: str = ""
     """The question as the user was asked it: every field the digest covers."""
+    edited: tuple[str, ...] = ()
+    """The fields the answer edited (``docs/writes.md``, approve with edits); ``digest`` and
+    ``question`` are then those of the approved operation, ``proposed_digest`` the one asked."""
+    proposed_digest: str | None = None
 
     def to_json(self) -> dict[str, JsonValue]:
-        return {
+        record: dict[str, JsonValue] = {
             "decision": "accepted",
             "interaction_id": self.interaction_id,
             "agenda_item_id": self.agenda_item_id,
@@ -90,6 +94,9 @@ class Approval:
             "via": self.via,
             "question": self.question,
         }
+        if self.edited:
+            record.update(edited=list(self.edited), proposed_digest=self.proposed_digest)
+        return record
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,8 @@ _SHOWN = (
     "question",
     "interaction_id",
     "capability_id",
+    "edited",
+    "proposed_question",
 )
 """The parts of a decision record a history shows (no digest or internal ids)."""
 _OBVIOUS = (("accepted", "yes"), ("declined", "no"))
@@ -58,6 +60,9 @@ def answer_line(answer: dict[str, JsonValue]) -> str:
     decision = str(answer.get("decision") or "answered")
     option = answer.get("option")
     chose = "" if (decision, option) in _OBVIOUS or option is None else f" ({option})"
+    edited = answer.get("edited")
+    if isinstance(edited, list) and edited:  # the question is then the approved operation's
+        chose += f" with edits to {', '.join(str(f) for f in edited)}"
     what = answer.get("question") or answer.get("capability_id") or ""
     return f"{decision}{chose}: {what}"
 

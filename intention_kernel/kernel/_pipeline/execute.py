@@ -127,6 +127,7 @@ async def _call(state: TurnState, step: PlannedStep, done: dict[str, StepOutcome
         approval=step.approval,
         answer=step.answer,
         request=step.input_json,
+        deps=state.deps,
     )
     unfinished: str | None = None  # set when the step stopped: its ``applied`` reason
     task = asyncio.current_task()

@@ -13,8 +13,10 @@ run now. In order:
    and nothing runs; an accepted one rebuilds the operation from the agenda item, recomputes its
    digest (capability id, version, validated input, revisions of the facts it relies on) and
    runs it with the approval record only if the digest matches; otherwise it is held again and
-   the user is asked again. A capability-owned confirmation is resumed only for an accepting
-   option (its ``accept``), by running the capability with the answer, which it must check.
+   the user is asked again. A selection's ``edits`` (``edits.py``, checked in step 1) replace
+   the operation by the approved one, digested again, before it runs. A capability-owned
+   confirmation is resumed only for an accepting option (its ``accept``), by running the
+   capability with the answer, which it must check.
 4. An input request is answered when this turn plans the same capability again.
 5. Steps waiting for a fact resume once the fact exists or changed since they asked, or after
    this turn's step providing it, under the planner's rule (``judge``): refused by a policy,
@@ -34,6 +36,7 @@ from ...contracts.errors import ErrorCode, InvalidInputError
 from ...contracts.events import EventCategory
 from .._states import EffectKind, HoldReason
 from ..approval import Approval, ConfirmationAnswer, consent_data
+from .edits import Edit, apply_edit, checked_edit
 from .plan import consent_hold, judge
 from .reduce import fact_state
 from .state import HeldStep, Plan, PlannedStep, TurnState
@@ -58,6 +61,8 @@ class Chosen:
     interaction: Interaction
     option: str
     via: str  # "selection" | "text"
+    edit: Edit | None = None
+    """Accepted with edited arguments (a selection's ``edits``, checked)."""
 
 
 def _refuse(message: str, code: ErrorCode, **context: JsonValue) -> InvalidInputError:
@@ -65,8 +70,8 @@ def _refuse(message: str, code: ErrorCode, **context: JsonValue) -> InvalidInput
 
 
 def selected_answer(state: TurnState) -> Chosen | None:
-    """A UI answer (``{"interaction_id", "option"[, "thread_id"]}``), checked before any model
-    call. Selections without ``interaction_id`` are passed on to the model as before."""
+    """A UI answer (``{"interaction_id", "option"[, "thread_id", "edits"]}``), checked before
+    any model call. Selections without ``interaction_id`` are passed on to the model as before."""
     selection = state.turn.selection
     if selection is None or "interaction_id" not in selection:
         return None
@@ -92,7 +97,9 @@ def selected_answer(state: TurnState) -> Chosen | None:
             ErrorCode.INTERACTION_OPTION_UNKNOWN,
             options=list[JsonValue](active.options),
         )
-    return Chosen(active, option, "selection")
+    edits = selection.get("edits")
+    edit = None if edits is None else checked_edit(state, active, option, edits)
+    return Chosen(active, option, "selection", edit)
 
 
 def spoken_answer(state: TurnState, plan: Plan) -> Chosen | None:
@@ -232,6 +239,9 @@ def _answer(state: TurnState, plan: Plan, chosen: Chosen) -> None:
             _first(plan, step)  # no answer: the capability asks again itself
         return
     if kernel_owned:
+        asked, proposed, edited = interaction.prompt, digest, chosen.edit
+        if edited is not None:  # consent to the approved operation: re-rendered, re-digested
+            step, digest, asked = apply_edit(state, step, edited)
         step.approval = Approval(
             interaction_id=interaction.id,
             agenda_item_id=item.id,
@@ -241,9 +251,15 @@ def _answer(state: TurnState, plan: Plan, chosen: Chosen) -> None:
             answered_at=now,
             turn_id=state.turn.turn_id,
             via=chosen.via,
-            question=interaction.prompt,
+            question=asked,
+            edited=() if edited is None else edited.fields,
+            proposed_digest=None if edited is None else proposed,
         )
-        plan.decisions.append({**step.approval.to_json(), "option": chosen.option})
+        both: dict[str, JsonValue] = {}
+        if edited is not None:  # the proposed and the approved arguments, kept with the actor
+            both = {"proposed_question": interaction.prompt, "proposed_input": item.input}
+            both["input"] = step.input_json
+        plan.decisions.append({**step.approval.to_json(), "option": chosen.option, **both})
         accepted = step.approval.to_json()
         del accepted["question"]
         _audit(state, "confirmation.accepted", accepted)

@@ -108,6 +108,8 @@ class AgentRuntime:
     """The kernel's id generator (``prefix -> id``): trace, evidence and execution ids."""
     classify_error: ErrorClassifier | None = None
     """The host's mapping of a capability's exception to a ``StepError`` (``None``: default)."""
+    deps: Any = None
+    """The kernel's dependencies (``Kernel(deps=...)``): a turn's ``context.deps`` by default."""
 
 
 @dataclass(slots=True)
@@ -233,3 +235,5 @@ class TurnState:
     """The provider declined to interpret or select: the turn answers safely, runs nothing."""
     progress: Progress | None = None
     """A ``stream`` consumer's listener (``None`` for ``run``): what it is shown is provisional."""
+    deps: Any = None
+    """The dependencies this turn's capabilities see as ``context.deps`` (never stored)."""
