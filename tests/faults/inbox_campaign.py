@@ -246,33 +246,9 @@ def _run(
         return asyncio.run(_open_requests(target))
 
     try:
-        for _ in range(WORKERS):
-            workers.start()
-        left, looked = len(planned), time.monotonic()
-        while len(workers.kills) < kills and left:
-            time.sleep(
-                _gap(
-                    rng,
-                    len(planned) - left,
-                    left,
-                    time.monotonic() - submitted,
-                    kills - len(workers.kills),
-                )
-            )
-            workers.reap(report)
-            workers.kill_one()
-            if time.monotonic() - looked > 1.0:
-                left, looked = unfinished(), time.monotonic()
-        killed = time.monotonic()
-        report.figures["requests_open_after_the_kills"] = left
-        deadline = killed + SETTLE
-        while (left := unfinished()) and time.monotonic() < deadline:
-            workers.reap(report)
-            time.sleep(0.2)
-        settled = time.monotonic()
-        if left:
-            report.add("I9", f"{left} requests still open {SETTLE:.0f} s after the last kill")
-        workers.drain(report)
+        killed, settled = kill_then_settle(
+            report, workers, rng, kills=kills, total=len(planned), since=submitted, left=unfinished
+        )
     finally:
         workers.close()
     drained = time.monotonic()
@@ -305,6 +281,43 @@ def _run(
             "seconds_total": round(time.monotonic() - began, 1),
         }
     )
+
+
+def kill_then_settle(
+    report: Report,
+    workers: Workers,
+    rng: random.Random,
+    *,
+    kills: int,
+    total: int,
+    since: float,
+    left: Callable[[], int],
+) -> tuple[float, float]:
+    """Start ``WORKERS`` workers, ``kill -9`` one at random moments (a replacement each time)
+    until ``kills`` kills or no work is ``left()`` (of ``total``, started at ``since``), let
+    them finish what is left (I9 past ``SETTLE``) and drain them; the monotonic times the kills
+    and the settling ended."""
+    for _ in range(WORKERS):
+        workers.start()
+    open_, looked = total, time.monotonic()
+    while len(workers.kills) < kills and open_:
+        to_go = kills - len(workers.kills)
+        time.sleep(_gap(rng, total - open_, open_, time.monotonic() - since, to_go))
+        workers.reap(report)
+        workers.kill_one()
+        if time.monotonic() - looked > 1.0:
+            open_, looked = left(), time.monotonic()
+    killed = time.monotonic()
+    report.figures["requests_open_after_the_kills"] = open_
+    deadline = killed + SETTLE
+    while (open_ := left()) and time.monotonic() < deadline:
+        workers.reap(report)
+        time.sleep(0.2)
+    settled = time.monotonic()
+    if open_:
+        report.add("I9", f"{open_} requests still open {SETTLE:.0f} s after the last kill")
+    workers.drain(report)
+    return killed, settled
 
 
 def _gap(rng: random.Random, finished: int, left: int, seconds: float, kills: int) -> float:

@@ -26,7 +26,7 @@ from intention_kernel.kernel import Response, StepSummary
 from .inbox_worker import PARTS, PAY
 from .kit import Report
 
-__all__ = ["Planned", "StoreState", "check", "read_store"]
+__all__ = ["Planned", "StoreState", "check", "read_store", "store_checks"]
 
 UNCERTAIN_WORDS = "being verified"
 """How a turn words a write whose outcome is unknown (the kernel's ``uncertain`` reason)."""
@@ -103,29 +103,14 @@ async def check(
 
     ``records`` is the workers' log, ``kills`` the killed worker pids with the monotonic time
     just before each ``kill -9``, ``provider`` the provider process's ``stats()``."""
-    state = await read_store(url, options, {p.thread for p in planned})
-    requests = {(r.thread_id, r.turn_id): r for r in state.requests}
-    committed = {(t.thread_id, t.turn_id): t for lane in state.turns.values() for t in lane}
-    _settled(report, planned, requests)
-    _atomic(report, state, requests, committed)
-    _ordered(report, state, planned)
-    _serialized(report, records, kills)
-    commits = Counter((r["thread_id"], r["turn_id"]) for r in records if r["ev"] == "committed")
-    for (thread, turn), n in commits.items():
-        if n > 1:
-            report.add("I1", f"{thread}/{turn} committed {n} times")
+    state, requests, committed = await store_checks(
+        report, url=url, options=options, db=db, planned=planned, records=records, kills=kills
+    )
     calls = Counter(
         {tuple(k.replace("|", "\t").split("\t")): n for k, n in provider["calls"].items()}
     )
     interrupted = _interrupted(records, kills)
     _ledger(report, state, planned, requests, committed, calls, interrupted, provider)
-    if db is not None:
-        conn = sqlite3.connect(db, timeout=10)
-        try:
-            if conn.execute("PRAGMA integrity_check").fetchone()[0] != "ok":
-                report.add("I8", "PRAGMA integrity_check failed")
-        finally:
-            conn.close()
     states = Counter(str(r.state) for r in state.requests)
     reclaimed = [r for r in state.requests if r.attempts > 1]
     report.figures.update(
@@ -144,6 +129,41 @@ async def check(
             "provider_calls": sum(calls.values()),
         }
     )
+
+
+async def store_checks(
+    report: Report,
+    *,
+    url: str,
+    options: dict[str, Any],
+    db: Path | None,
+    planned: list[Planned],
+    records: list[dict[str, Any]],
+    kills: dict[int, float],
+) -> tuple[
+    StoreState, dict[tuple[str, str], InboxRequest], dict[tuple[str, str], DurableTurnResult]
+]:
+    """The checks of the store every inbox campaign makes (I1-I4, I8's integrity check, I9's
+    settled requests); the store as read, its requests and its committed turns by key."""
+    state = await read_store(url, options, {p.thread for p in planned})
+    requests = {(r.thread_id, r.turn_id): r for r in state.requests}
+    committed = {(t.thread_id, t.turn_id): t for lane in state.turns.values() for t in lane}
+    _settled(report, planned, requests)
+    _atomic(report, state, requests, committed)
+    _ordered(report, state, planned)
+    _serialized(report, records, kills)
+    commits = Counter((r["thread_id"], r["turn_id"]) for r in records if r["ev"] == "committed")
+    for (thread, turn), n in commits.items():
+        if n > 1:
+            report.add("I1", f"{thread}/{turn} committed {n} times")
+    if db is not None:
+        conn = sqlite3.connect(db, timeout=10)
+        try:
+            if conn.execute("PRAGMA integrity_check").fetchone()[0] != "ok":
+                report.add("I8", "PRAGMA integrity_check failed")
+        finally:
+            conn.close()
+    return state, requests, committed
 
 
 def _settled(

@@ -34,7 +34,7 @@ import signal
 import sys
 import time
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from multiprocessing.process import BaseProcess
 from typing import Any
 
@@ -259,7 +259,7 @@ async def _submit_own(
     append(log, {"ev": "submitted", "pid": os.getpid(), "slot": spec["slot"]})
 
 
-_TERMINATED: list[bool] = [False]
+TERMINATED: list[bool] = [False]
 """SIGTERM arrived before the worker was built (it then stops at once)."""
 
 
@@ -273,7 +273,7 @@ async def main(spec: Mapping[str, Any]) -> None:
         worker = agent.worker(**spec["worker"])
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, worker.stop)
-        if _TERMINATED[0]:
+        if TERMINATED[0]:
             worker.stop()
         append(log, {"ev": "started", "pid": os.getpid(), "worker": worker.worker_id})
         running = loop.create_task(worker.run())
@@ -290,16 +290,20 @@ async def main(spec: Mapping[str, Any]) -> None:
             await store.close()
 
 
-def _run(spec: Mapping[str, Any]) -> None:
-    signal.signal(signal.SIGTERM, lambda *_: _TERMINATED.__setitem__(0, True))
+Main = Callable[[Mapping[str, Any]], Coroutine[Any, Any, None]]
+
+
+def _run(spec: Mapping[str, Any], run: Main = main) -> None:
+    signal.signal(signal.SIGTERM, lambda *_: TERMINATED.__setitem__(0, True))
     os.environ.update(spec.get("env") or {})
     signal.signal(signal.SIGINT, signal.SIG_DFL)
-    asyncio.run(main(spec))
+    asyncio.run(run(spec))
 
 
-def start(spec: Mapping[str, Any]) -> BaseProcess:
-    """Fork a worker process running ``spec``."""
-    process = CTX.Process(target=_run, args=(dict(spec),), daemon=True)
+def start(spec: Mapping[str, Any], run: Main = main) -> BaseProcess:
+    """Fork a worker process running ``run(spec)`` (this module's ``main`` by default; the
+    MCP campaign's worker brings its own), with the SIGTERM and environment set-up."""
+    process = CTX.Process(target=_run, args=(dict(spec), run), daemon=True)
     process.start()
     return process
 

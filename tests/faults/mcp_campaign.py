@@ -4,11 +4,12 @@
 (a port of its own choosing), as one long-lived process that records every execution of a
 write, with the ``_meta`` idempotency key it received, in ``executions.jsonl`` (fsynced before
 it answers). ``campaign(target, kills=...)`` submits every turn up front through the inbox
-(per thread: ``add note T`` then ``yes``, one write per ``yes``), starts ``WORKERS`` worker
-processes (``mcp_worker``), ``kill -9``s a random one at random moments and starts a
-replacement, then waits until every request is done or dead, drains the workers and checks
-(``mcp_checks``). The run and its bounds are the inbox campaign's (``inbox_campaign``): a dead
-worker's expired claim, taken by another worker, is the only redelivery.
+(per thread: ``add note T`` then ``yes``, one write per ``yes``), starts the inbox campaign's
+``WORKERS`` worker processes (``mcp_worker``), ``kill -9``s a random one at random moments
+and starts a replacement, then waits until every request is done or dead, drains the workers
+and checks (``mcp_checks``). The run and its bounds are the inbox campaign's
+(``inbox_campaign.kill_then_settle``): a dead worker's expired claim, taken by another worker,
+is the only redelivery.
 """
 
 from __future__ import annotations
@@ -29,7 +30,14 @@ from typing import Any
 from intention_kernel.durability.factory import open_durability
 
 from . import mcp_worker
-from .inbox_campaign import SEED, WORKER_SETTINGS, Target, Workers, _gap, _open_requests
+from .inbox_campaign import (
+    SEED,
+    WORKER_SETTINGS,
+    Target,
+    Workers,
+    _open_requests,
+    kill_then_settle,
+)
 from .inbox_checks import Planned
 from .kit import Report, read_log, reporting
 from .mcp_checks import check, executions
@@ -38,13 +46,10 @@ __all__ = ["campaign", "notes_server", "plan"]
 
 SERVER = Path(__file__).resolve().parents[1] / "mcp" / "notes_server.py"
 THREADS = 12
-WORKERS = 3
 TURNS_PER_KILL = 16
 """Turns planned per kill: enough that the kills land while writes run."""
 LATENCY = 0.05
 """Up to this many seconds before and after each tool call (the kills land inside it)."""
-SETTLE = 120.0
-"""Seconds the workers get to finish after the last kill."""
 
 
 @contextlib.contextmanager
@@ -119,24 +124,15 @@ def _run(report: Report, target: Target, kills: int, seed: int, logs: str) -> No
     submitted = time.monotonic()
     workers = McpWorkers(spec, rng)
     try:
-        for _ in range(WORKERS):
-            workers.start()
-        left, looked = len(planned), time.monotonic()
-        while len(workers.kills) < kills and left:
-            finished, to_go = len(planned) - left, kills - len(workers.kills)
-            time.sleep(_gap(rng, finished, left, time.monotonic() - submitted, to_go))
-            workers.reap(report)
-            workers.kill_one()
-            if time.monotonic() - looked > 1.0:
-                left, looked = asyncio.run(_open_requests(target)), time.monotonic()
-        killed = time.monotonic()
-        deadline = killed + SETTLE
-        while (left := asyncio.run(_open_requests(target))) and time.monotonic() < deadline:
-            workers.reap(report)
-            time.sleep(0.2)
-        if left:
-            report.add("I9", f"{left} requests still open {SETTLE:.0f} s after the last kill")
-        workers.drain(report)
+        killed, _ = kill_then_settle(
+            report,
+            workers,
+            rng,
+            kills=kills,
+            total=len(planned),
+            since=submitted,
+            left=lambda: asyncio.run(_open_requests(target)),
+        )
     finally:
         workers.close()
     settled = time.monotonic()

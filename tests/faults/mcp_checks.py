@@ -20,7 +20,6 @@ sent), not against what the workers believe:
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -34,12 +33,8 @@ from .inbox_checks import (
     UNCERTAIN_WORDS,
     Planned,
     StoreState,
-    _atomic,
     _interrupted,
-    _ordered,
-    _serialized,
-    _settled,
-    read_store,
+    store_checks,
 )
 from .kit import Report
 from .mcp_worker import ADD, TENANT, ledger_key
@@ -78,24 +73,9 @@ async def check(
     executed: list[dict[str, Any]],
 ) -> None:
     """Record every violation in ``report`` and the campaign's figures in its ``figures``."""
-    state = await read_store(url, options, {p.thread for p in planned})
-    requests = {(r.thread_id, r.turn_id): r for r in state.requests}
-    committed = {(t.thread_id, t.turn_id): t for lane in state.turns.values() for t in lane}
-    _settled(report, planned, requests)
-    _atomic(report, state, requests, committed)
-    _ordered(report, state, planned)
-    _serialized(report, records, kills)
-    commits = Counter((r["thread_id"], r["turn_id"]) for r in records if r["ev"] == "committed")
-    for (thread, turn), n in commits.items():
-        if n > 1:
-            report.add("I1", f"{thread}/{turn} committed {n} times")
-    if db is not None:
-        conn = sqlite3.connect(db, timeout=10)
-        try:
-            if conn.execute("PRAGMA integrity_check").fetchone()[0] != "ok":
-                report.add("I8", "PRAGMA integrity_check failed")
-        finally:
-            conn.close()
+    state, requests, committed = await store_checks(
+        report, url=url, options=options, db=db, planned=planned, records=records, kills=kills
+    )
     counts = _executions(report, planned, executed)
     _calls(report, records, counts)
     _receipts(report, state, planned, requests, committed, records, kills, counts)

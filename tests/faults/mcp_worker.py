@@ -47,8 +47,8 @@ from intention_kernel.kernel import (
 )
 from intention_kernel.mcp import McpServer, capabilities_from_mcp
 from intention_kernel.testing import ScriptedModelGateway
-from tests.faults.inbox_worker import _log_points, append
-from tests.faults.kit import CTX
+from tests.faults import inbox_worker
+from tests.faults.inbox_worker import TERMINATED, _log_points, append
 
 __all__ = ["ADD", "TENANT", "build_agent", "ledger_key", "start"]
 
@@ -164,9 +164,6 @@ async def build_agent(
     return Kernel(durability=store, model=gateway).compile(agent)
 
 
-_TERMINATED: list[bool] = [False]
-
-
 async def main(spec: Mapping[str, Any]) -> None:
     """Run a worker until SIGTERM (drain)."""
     log: str = spec["log"]
@@ -177,7 +174,7 @@ async def main(spec: Mapping[str, Any]) -> None:
             agent = await build_agent(store, server, log)
             worker = agent.worker(**spec["worker"])
             asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, worker.stop)
-            if _TERMINATED[0]:
+            if TERMINATED[0]:
                 worker.stop()
             append(log, {"ev": "started", "pid": os.getpid(), "worker": worker.worker_id})
             await worker.run()
@@ -187,15 +184,6 @@ async def main(spec: Mapping[str, Any]) -> None:
             await store.close()
 
 
-def _run(spec: Mapping[str, Any]) -> None:
-    signal.signal(signal.SIGTERM, lambda *_: _TERMINATED.__setitem__(0, True))
-    os.environ.update(spec.get("env") or {})
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    asyncio.run(main(spec))
-
-
 def start(spec: Mapping[str, Any]) -> BaseProcess:
-    """Fork a worker process running ``spec``."""
-    process = CTX.Process(target=_run, args=(dict(spec),), daemon=True)
-    process.start()
-    return process
+    """Fork a worker process running ``spec`` (``inbox_worker.start`` with this ``main``)."""
+    return inbox_worker.start(spec, main)
