@@ -12,6 +12,7 @@ from typing import Any
 
 from ..kernel import (
     ConfirmationHeld,
+    RoundStarted,
     StepFinished,
     StepProgress,
     StepStarted,
@@ -26,6 +27,8 @@ __all__ = ["EVENT_TYPES", "encode_comment", "encode_event", "encode_item"]
 EVENT_TYPES = (
     "step.started",
     "step.finished",
+    "step.progress",
+    "round.started",
     "confirmation.held",
     "text.delta",
     "turn.completed",
@@ -73,6 +76,8 @@ def encode_item(
                 },
                 event_id,
             )
+        case RoundStarted(number):
+            return encode_event("round.started", {"round": number}, event_id)
         case ConfirmationHeld(interaction_id, kind, prompt, options):
             return encode_event(
                 "confirmation.held",

@@ -41,6 +41,7 @@ from ._worker import Worker, WorkerSettings
 from .approval import Approval, ConfirmationAnswer, operation_digest
 from .streaming import (
     ConfirmationHeld,
+    RoundStarted,
     StepFinished,
     StepProgress,
     StepStarted,
@@ -81,6 +82,7 @@ __all__ = [
     "ProducedFact",
     "Redactor",
     "Response",
+    "RoundStarted",
     "StepError",
     "StepFinished",
     "StepProgress",

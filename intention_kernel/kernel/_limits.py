@@ -45,7 +45,10 @@ class KernelLimits:
     """Agenda items kept; the oldest go first, never the one the active interaction names (which
     counts toward the limit)."""
     max_steps: int = 8
-    """Planned steps per turn; more are refused with a clarification."""
+    """Planned steps per turn, every round together; more are refused with a clarification."""
+    max_rounds: int = 4
+    """Planning rounds per turn: after its steps ran, the model may ask to see their results
+    and plan more (a tool loop); each further round is one more ``interpret`` call."""
     step_timeout: float = 30.0
     """Seconds one capability step may run."""
     select_above: int = 24
@@ -63,6 +66,7 @@ class KernelLimits:
             "max_receipts": self.max_receipts,
             "max_agenda": self.max_agenda,
             "max_steps": self.max_steps,
+            "max_rounds": self.max_rounds,
             "select_above": self.select_above,
             "select_at_most": self.select_at_most,
         }

@@ -19,6 +19,7 @@ from ..contracts.inbox import TurnInbox
 from ._states import StepStatus
 from .streaming import (
     ConfirmationHeld,
+    RoundStarted,
     StepFinished,
     StepProgress,
     StepStarted,
@@ -62,6 +63,8 @@ def encode_item(item: StreamItem) -> dict[str, JsonValue]:
             "progress": item.progress,
             "total": item.total,
         }
+    if isinstance(item, RoundStarted):
+        return {"type": "round_started", "round": item.round}
     if isinstance(item, ConfirmationHeld):
         return {
             "type": "confirmation_held",
@@ -95,6 +98,8 @@ def decode_item(item: dict[str, JsonValue]) -> StreamItem | None:
                 None if done is None else float(done),  # type: ignore[arg-type]
                 None if total is None else float(total),  # type: ignore[arg-type]
             )
+        if kind == "round_started":
+            return RoundStarted(int(item["round"]))  # type: ignore[arg-type]
         if kind == "confirmation_held":
             options = item["options"]
             return ConfirmationHeld(

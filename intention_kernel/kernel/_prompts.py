@@ -128,6 +128,13 @@ def interpretation_schema(caps: Sequence[Capability]) -> dict[str, JsonValue]:
                 "anyOf": [{"type": "string"}, {"type": "null"}],
                 "description": "A short reply when no capability is needed.",
             },
+            "more": {
+                "type": "boolean",
+                "description": (
+                    "True when what else to do depends on the results of these intentions: "
+                    "you are shown their results and may plan more."
+                ),
+            },
         },
         "required": ["intentions"],
         "$defs": defs,

@@ -27,6 +27,7 @@ from ._states import StepStatus
 
 __all__ = [
     "ConfirmationHeld",
+    "RoundStarted",
     "StepFinished",
     "StepProgress",
     "StepStarted",
@@ -71,6 +72,14 @@ class StepProgress:
 
 
 @dataclass(frozen=True, slots=True)
+class RoundStarted:
+    """The model asked to see what the steps so far returned and is planning round ``round``
+    (2 and up; a tool loop within the turn, ``KernelLimits.max_rounds``)."""
+
+    round: int
+
+
+@dataclass(frozen=True, slots=True)
 class ConfirmationHeld:
     """The answer asks the user a question and the thread will wait on it.
 
@@ -105,7 +114,13 @@ class TurnCompleted:
 
 
 StreamItem = (
-    StepStarted | StepFinished | StepProgress | ConfirmationHeld | TextDelta | TurnCompleted
+    StepStarted
+    | StepFinished
+    | StepProgress
+    | RoundStarted
+    | ConfirmationHeld
+    | TextDelta
+    | TurnCompleted
 )
 """Everything ``CompiledAgent.stream`` yields; ``TurnCompleted`` always comes last."""
 
@@ -335,6 +350,10 @@ class ProgressRecorder(EventRecorder):
         category: EventCategory = EventCategory.TRACE,
     ) -> KernelEvent:
         event = super().emit(type, data, cause=cause, step_id=step_id, category=category)
+        if type == "round.started":
+            number = event.data.get("round")
+            if isinstance(number, int):
+                self._progress.emit(RoundStarted(number))
         if step_id is not None and (type == "step.started" or type in _FINISHED):
             capability = event.data.get("capability_id")
             if isinstance(capability, str):

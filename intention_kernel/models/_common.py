@@ -39,7 +39,10 @@ TASK_GUIDES: dict[str, str] = {
         "`input` that matches its `input_schema`, using only values the user or the facts give. "
         "If the user answers the pending interaction, set `answer.option` to one of its "
         "`options`. For a message that needs no capability, leave `intentions` empty and write a "
-        "short `reply`."
+        "short `reply`. When the next step depends on what a capability returns (a balance, a "
+        "search), plan only the steps you can decide now and set `more` to true: you will be "
+        "shown their `results` and can plan the rest. With `results` present, plan only what "
+        "they still call for (nothing already done), or nothing."
     ),
     "repair": (
         "Your previous interpretation (`previous`) of the user's message (`text`) had the "

@@ -99,7 +99,9 @@ class _Null:
     def raised(self, exc: BaseException) -> None:
         return None
 
-    def planned(self, steps: int, held: Iterable[tuple[str, str]], clarifications: int) -> None:
+    def planned(
+        self, steps: int, held: Iterable[tuple[str, str]], clarifications: int, round: int = 1
+    ) -> None:
         return None
 
     def answered(

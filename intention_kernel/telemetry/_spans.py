@@ -77,9 +77,13 @@ class _Span:
 class _Plan(_Span):
     __slots__ = ()
 
-    def planned(self, steps: int, held: Iterable[tuple[str, str]], clarifications: int) -> None:
-        """What the plan decided; each held step is a span event ``ik.step.held``."""
+    def planned(
+        self, steps: int, held: Iterable[tuple[str, str]], clarifications: int, round: int = 1
+    ) -> None:
+        """What the plan (of round ``round``) decided; each held step is a span event
+        ``ik.step.held``."""
         held = list(held)
+        self.ended_with["ik.plan.round"] = round
         self.ended_with["ik.plan.steps"] = steps
         self.ended_with["ik.plan.held"] = len(held)
         self.ended_with["ik.plan.clarifications"] = clarifications

@@ -121,6 +121,7 @@ async def test_a_booking_is_one_trace_per_turn_with_the_pipeline_nested(
 
     [plan] = named(turn3_spans, "ik.plan")
     assert dict(plan.attributes or {}) == {
+        "ik.plan.round": 1,
         "ik.plan.steps": 0,
         "ik.plan.held": 1,
         "ik.plan.clarifications": 0,

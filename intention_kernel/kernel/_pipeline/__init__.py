@@ -1,7 +1,8 @@
 """The turn pipeline: one stage per module, run in order by ``run_pipeline``.
 
-receipts -> project -> (selected answer) -> interpret -> plan -> resume -> execute -> reduce
--> compose -> commit
+receipts -> project -> (selected answer) -> interpret -> plan -> resume -> execute -> (further
+rounds of interpret -> plan -> execute, when the model asks to see results) -> reduce -> compose
+-> commit
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from .project import project
 from .receipts import refresh_receipts
 from .reduce import reduce
 from .resume import resume, selected_answer
+from .rounds import further_rounds
 from .state import AgentRuntime, Interpretation, TurnState
 
 __all__ = ["AgentRuntime", "TurnState", "run_pipeline"]
@@ -42,6 +44,7 @@ async def run_pipeline(state: TurnState) -> tuple[DurableTurnResult, list[Kernel
                 len(state.plan.clarifications),
             )
     await execute(state)
+    await further_rounds(state)
     reduce(state)
     await compose(state)
     return await commit(state)

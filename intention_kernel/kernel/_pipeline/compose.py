@@ -31,7 +31,7 @@ from ..streaming import ConfirmationHeld
 from ._model import ask
 from .state import Composition, StepOutcome, TurnState
 
-__all__ = ["compose", "fallback_text"]
+__all__ = ["compose", "fallback_text", "outcome_json"]
 
 _STATUS_TEXT = {
     StepStatus.FAILED: "I could not complete that: {reason}",
@@ -79,7 +79,8 @@ def _summaries(state: TurnState) -> list[StepSummary]:
     return steps
 
 
-def _outcome_json(outcome: StepOutcome) -> JsonValue:
+def outcome_json(outcome: StepOutcome) -> dict[str, JsonValue]:
+    """What a model is shown of a step's outcome (compose, and a further round)."""
     return {
         "step_id": outcome.step.step_id,
         "capability_id": outcome.step.capability.id,
@@ -183,7 +184,7 @@ async def compose(state: TurnState) -> None:
         payload: dict[str, JsonValue] = {
             "text": state.turn.text,
             "reply": None if state.interpretation is None else state.interpretation.reply,
-            "outcomes": [_outcome_json(o) for o in state.outcomes],
+            "outcomes": [outcome_json(o) for o in state.outcomes],
             "clarifications": list(plan.clarifications),
             "notes": list(plan.notes),
             "updates": list[JsonValue](state.updates),

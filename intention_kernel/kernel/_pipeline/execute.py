@@ -234,9 +234,12 @@ def _log_failure(state: TurnState, step: PlannedStep, exc: Exception, error: Ste
     )
 
 
-async def execute(state: TurnState) -> None:
+async def execute(state: TurnState, steps: list[PlannedStep] | None = None) -> None:
+    """Run ``steps`` (the plan's, by default: a further round passes its own) and add their
+    outcomes to the turn's, in plan order."""
     assert state.plan is not None
-    steps = state.plan.steps
+    if steps is None:
+        steps = state.plan.steps
     done: dict[str, StepOutcome] = {}
     if len(steps) == 1 and not steps[0].after:
         done[steps[0].step_id] = await _call(state, steps[0], done)
@@ -249,7 +252,7 @@ async def execute(state: TurnState) -> None:
         except BaseExceptionGroup as group_error:
             # A crashing capability aborts the turn; surface its own exception, not a group.
             raise _first(group_error) from None
-    state.outcomes = [done[s.step_id] for s in steps]
+    state.outcomes.extend(done[s.step_id] for s in steps)
 
 
 def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:

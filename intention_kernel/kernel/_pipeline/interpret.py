@@ -93,25 +93,28 @@ async def select(state: TurnState) -> None:
     )
 
 
-async def interpret(state: TurnState) -> list[JsonValue]:
-    """Fill ``state.interpretation``; return the problems when the answer was malformed."""
-    await select(state)
-    if state.refusal is not None:
-        _completed(state, None)
-        return []
+async def interpret(state: TurnState, results: list[JsonValue] | None = None) -> list[JsonValue]:
+    """Fill ``state.interpretation``; return the problems when the answer was malformed.
+
+    ``results``: a further round (``rounds``) shows the model what the steps of the earlier
+    rounds returned; it sees the capabilities the first round chose (no second ``select``)."""
+    if results is None:
+        await select(state)
+        if state.refusal is not None:
+            _completed(state, None)
+            return []
     catalog = state.runtime.catalog
     shown = catalog.ids if state.chosen is None else state.chosen
-    reply = await ask(
-        state,
-        "interpret",
-        {
-            "text": state.turn.text,
-            "selection": None if state.turn.selection is None else dict(state.turn.selection),
-            "context": state.projection,
-            "capabilities": catalog.entries(shown),
-        },
-        catalog.schema(shown),
-    )
+    payload: dict[str, JsonValue] = {
+        "text": state.turn.text,
+        "selection": None if state.turn.selection is None else dict(state.turn.selection),
+        "context": state.projection,
+        "capabilities": catalog.entries(shown),
+    }
+    if results is not None:
+        payload["round"] = state.round
+        payload["results"] = results
+    reply = await ask(state, "interpret", payload, catalog.schema(shown))
     if reply.refusal is not None:
         state.refusal = reply.refusal
         _completed(state, None)
@@ -131,6 +134,8 @@ def _completed(state: TurnState, interpretation: Interpretation | None) -> None:
             if interpretation is None
             else [i.capability for i in interpretation.intentions],
             "refused": None if state.refusal is None else state.refusal.kind,
+            "round": state.round,
+            "more": interpretation is not None and interpretation.more,
         },
         cause=state.start_event,
         category=EventCategory.TRACE,

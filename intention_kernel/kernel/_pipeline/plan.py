@@ -141,18 +141,22 @@ def build_plan(
     facts: Mapping[str, FactRecord],
     valid: Sequence[tuple[Capability, BaseModel, dict[str, JsonValue]]],
     host_context: Mapping[str, Any],
+    numbered: int = 0,
 ) -> Plan:
-    """Pure: policies, confirmation, prerequisites and dependency order for valid steps."""
+    """Pure: policies, confirmation, prerequisites and dependency order for valid steps.
+
+    ``numbered``: steps earlier rounds of the turn planned; they count toward ``max_steps``
+    and this round's step ids go on from them."""
     plan = Plan()
     limit = runtime.limits.max_steps
-    if len(valid) > limit:
+    if numbered + len(valid) > limit:
         plan.clarifications.append(
             f"That is more than {limit} things at once; I handled the first {limit}."
         )
-        valid = valid[:limit]
+        valid = valid[: max(0, limit - numbered)]
     candidates: list[PlannedStep] = []
     confirming: list[tuple[PlannedStep, str]] = []
-    for n, (cap, model, data) in enumerate(valid, start=1):
+    for n, (cap, model, data) in enumerate(valid, start=numbered + 1):
         step = PlannedStep(f"step-{n}", cap, model, data)
         verdict, reason = judge(runtime, step, facts, host_context)
         if verdict == "deny":
@@ -285,7 +289,9 @@ def _repair_ids(state: TurnState) -> tuple[str, ...]:
     return catalog.ordered([*state.chosen, *(i.capability for i in named)])
 
 
-async def plan(state: TurnState, malformed: list[JsonValue]) -> None:
+async def plan(state: TurnState, malformed: list[JsonValue]) -> Plan:
+    """Plan this round's intentions; a further round's plan joins the turn's (``state.plan``).
+    Returns this round's own plan."""
     runtime = state.runtime
     if state.refusal is not None:
         checked = Checked(clarifications=[REFUSED])
@@ -325,13 +331,21 @@ async def plan(state: TurnState, malformed: list[JsonValue]) -> None:
             },
             cause=state.start_event,
         )
-    result = build_plan(runtime, state.facts, checked.valid, state.host_context)
+    result = build_plan(runtime, state.facts, checked.valid, state.host_context, state.numbered)
+    state.numbered += min(len(checked.valid), max(0, runtime.limits.max_steps - state.numbered))
     result.clarifications[:0] = checked.clarifications
     result.repaired = repaired
-    state.plan = result
+    if state.plan is None:
+        state.plan = result
+    else:
+        state.plan.steps.extend(result.steps)
+        state.plan.held.extend(result.held)
+        state.plan.clarifications.extend(result.clarifications)
+        state.plan.repaired |= repaired
     state.plan_event = state.recorder.emit(
         "plan.created",
         {
+            "round": state.round,
             "steps": [
                 {"step_id": s.step_id, "capability_id": s.capability.id, "after": list(s.after)}
                 for s in result.steps
@@ -349,3 +363,4 @@ async def plan(state: TurnState, malformed: list[JsonValue]) -> None:
         cause=state.start_event,
         category=EventCategory.AUDIT,
     )
+    return result

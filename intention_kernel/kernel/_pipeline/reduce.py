@@ -34,6 +34,7 @@ from .plan import consent_hold
 from .state import HeldStep, PlannedStep, Reduction, StepOutcome, TurnState
 
 __all__ = [
+    "apply_outcome",
     "bound_agenda",
     "bound_receipts",
     "fact_state",
@@ -119,6 +120,17 @@ def fact_state(refs: Iterable[str], facts: Mapping[str, FactRecord]) -> dict[str
     }
 
 
+def apply_outcome(facts: dict[str, FactRecord], outcome: StepOutcome, turn_id: str) -> bool:
+    """A completed step's declared invalidations, then its facts; ``False`` for any other."""
+    if outcome.status != StepStatus.COMPLETED or outcome.evidence is None:
+        return False
+    cap = outcome.step.capability
+    invalidate(facts, [r for r in (parse_fact_ref(x) for x in cap.invalidates) if r is not None])
+    for ref, key, value in outcome.facts:
+        apply_fact(facts, ref, key, value, outcome.evidence, outcome.derived_from, turn_id)
+    return True
+
+
 def interaction_id(thread_id: str, item_id: str) -> str:
     """Bound to the thread: an answer naming it cannot be replayed into another thread."""
     return "ia-" + fingerprint([thread_id, item_id])[:32]
@@ -184,13 +196,9 @@ def reduce_outcomes(
     asks: list[tuple[AgendaItem, str, str, tuple[str, ...]]] = []
     for outcome in outcomes:
         new_receipts.extend(outcome.receipts)
-        cap = outcome.step.capability
-        if outcome.status == StepStatus.COMPLETED and outcome.evidence is not None:
+        if apply_outcome(facts, outcome, turn_id):
+            assert outcome.evidence is not None
             evidence.append(outcome.evidence)
-            refs = [r for r in (parse_fact_ref(x) for x in cap.invalidates) if r is not None]
-            invalidate(facts, refs)
-            for ref, key, value in outcome.facts:
-                apply_fact(facts, ref, key, value, outcome.evidence, outcome.derived_from, turn_id)
     # Consent is bound to the facts as the user sees them at the end of the proposing turn.
     for outcome in outcomes:
         status = _PENDING.get(outcome.status)

@@ -76,6 +76,9 @@ class Interpretation(BaseModel):
     intentions: list[Intention] = Field(default_factory=list)
     answer: Answer | None = None
     reply: str | None = None
+    more: bool = False
+    """The model wants to see these intentions' results before deciding what else to do: the
+    kernel interprets again after they ran (a further round, ``KernelLimits.max_rounds``)."""
 
 
 class Composition(BaseModel):
@@ -237,3 +240,7 @@ class TurnState:
     """A ``stream`` consumer's listener (``None`` for ``run``): what it is shown is provisional."""
     deps: Any = None
     """The dependencies this turn's capabilities see as ``context.deps`` (never stored)."""
+    round: int = 1
+    """The planning round: 1, then one more each time the model asked to see results."""
+    numbered: int = 0
+    """``step-N`` ids given out so far this turn (steps of every round share one sequence)."""
