@@ -10,6 +10,11 @@ text + input JSON + answer schema, as ``model.invoked`` records them):
 - ``selected``: the default ``KernelLimits`` (selection past 24 capabilities, at most 6
   chosen), so ``interpret`` carries only the chosen capabilities and ``select`` their summaries.
 
+And the cost of the tool loop: one turn whose model asks to see its step's result and plans one
+more step each round (``more``), for 1 to ``max_rounds`` rounds, on each catalog with the
+default limits: model calls per turn and the bytes of each round's ``interpret`` request (each
+later round carries the results of the steps before it), plus ``select`` and ``compose``.
+
 Run:  .venv/bin/python bench/prompt_sizes.py
 Writes bench/results/prompt_sizes.json.
 """
@@ -128,6 +133,68 @@ async def measure(n: int, limits: KernelLimits) -> dict[str, Any]:
     }
 
 
+def looping(rounds: int) -> Any:
+    """An ``interpret`` that asks for one task per round, asking to see it while rounds remain."""
+
+    def answer(request: ModelRequest) -> JsonValue:
+        n = _number(request.input["text"])
+        turn = request.input.get("round", 1)
+        assert isinstance(turn, int)
+        task = (n + turn - 1) % 10  # round k runs task n+k-1: always a chosen capability
+        item: dict[str, JsonValue] = {f"item_{task}": "the report", f"count_{task}": 2}
+        return {
+            "intentions": [{"capability": f"tasks.task{task}", "input": item}],
+            "more": turn < rounds,
+        }
+
+    return answer
+
+
+def select_loop(request: ModelRequest) -> JsonValue:
+    n = _number(request.input["text"])
+    return {"capabilities": [f"tasks.task{(n + k) % 10}" for k in range(4)]}
+
+
+async def measure_rounds(n: int, rounds: int) -> dict[str, Any]:
+    """Model calls and request bytes of one turn of ``rounds`` rounds (by task, and per round
+    for ``interpret``)."""
+    agent = define_agent(
+        id=f"bench-loop-{n}",
+        version="1.0.0",
+        description="Prompt size benchmark.",
+        instructions="Run the tasks the user asks for.",
+        capabilities=catalog(n),
+    )
+    gateway = ScriptedModelGateway(
+        {"select": select_loop, "interpret": looping(rounds), "compose": compose}
+    )
+    durability = MemoryDurability()
+    collector = EventCollector()
+    kernel = Kernel(durability=durability, model=gateway, sinks=[collector])
+    try:
+        await kernel.compile(agent).run(thread_id="t1", turn_id="loop", text="please run task 3")
+    finally:
+        await durability.close()
+    per_round: list[int] = []
+    other = dict.fromkeys(("select", "compose"), 0)
+    for event in collector.of_type("model.invoked"):
+        task, size = event.data["task"], event.data["prompt_bytes"]
+        assert isinstance(task, str) and isinstance(size, int)
+        if task == "interpret":
+            per_round.append(size)
+        else:
+            other[task] = other.get(task, 0) + size
+    assert len(per_round) == rounds, per_round
+    return {
+        "rounds": rounds,
+        "model_calls": gateway.count(),
+        "interpret_bytes_by_round": per_round,
+        "select_bytes": other["select"],
+        "compose_bytes": other["compose"],
+        "bytes_per_turn": sum(per_round) + sum(other.values()),
+    }
+
+
 async def main() -> dict[str, Any]:
     every = KernelLimits(select_above=10_000)
     selected = KernelLimits()
@@ -140,8 +207,13 @@ async def main() -> dict[str, Any]:
                 "selected": await measure(n, selected),
             }
         )
+    loops = [
+        {"capabilities": n, "turns": [await measure_rounds(n, r) for r in range(1, 5)]}
+        for n in SIZES
+    ]
     return {
         "python": platform.python_version(),
+        "loops": loops,
         "turns": list(TURNS),
         "select_above": selected.select_above,
         "select_at_most": selected.select_at_most,
@@ -173,9 +245,29 @@ def table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def loop_table(report: dict[str, Any]) -> str:
+    lines = [
+        "| capabilities | rounds | model calls per turn | `interpret` bytes, round by round |"
+        " bytes per turn | vs 1 round |",
+        "|---:|---:|---:|---|---:|---:|",
+    ]
+    for row in report["loops"]:
+        one = row["turns"][0]["bytes_per_turn"]
+        for turn in row["turns"]:
+            rounds = " / ".join(_kib(b) for b in turn["interpret_bytes_by_round"])
+            lines.append(
+                f"| {row['capabilities']} | {turn['rounds']} | {turn['model_calls']} | "
+                f"{rounds} | {_kib(turn['bytes_per_turn'])} | "
+                f"{turn['bytes_per_turn'] / one:.2f}x |"
+            )
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
     result = asyncio.run(main())
     print(table(result))
+    print()
+    print(loop_table(result))
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {RESULTS}", file=sys.stderr)
