@@ -3,6 +3,8 @@ turn, under every rule of the first round (consent, the ledger, replay, the limi
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from pydantic import JsonValue
 
@@ -164,3 +166,18 @@ async def test_a_stream_shows_each_further_round(durability: DurabilityStore) ->
     assert [type(i).__name__ for i in shown] == ["StepStarted", "StepFinished", "RoundStarted"]
     assert shown[2] == RoundStarted(2)
     assert isinstance(items[-1], TurnCompleted)
+
+
+async def test_a_watcher_of_a_submitted_turn_sees_its_rounds(durability: DurabilityStore) -> None:
+    gateway = ScriptedModelGateway({"interpret": scripted, "compose": scripted})
+    desk = bank_desk(durability, gateway)
+    await desk.agent.submit(thread_id="t", turn_id="1", text=CHECK_AND_SEND)
+    worker = desk.agent.worker(claim_ttl=2.0, poll_interval=0.05)
+    task = asyncio.create_task(worker.run())
+    try:
+        watched = [w.item async for w in desk.agent.watch(thread_id="t", turn_id="1")]
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 10)
+    assert RoundStarted(2) in watched
+    assert isinstance(watched[-1], TurnCompleted)
