@@ -11,6 +11,7 @@ holders (a takeover) only the first to write gets on; the other gets ``LeaseLost
 from __future__ import annotations
 
 import os
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -116,3 +117,9 @@ class SQLiteDurability(DurableStore[SQLiteLease]):
     def commits(self) -> int:
         """Write transactions this instance committed (a diagnostic for benchmarks)."""
         return self._db.commits
+
+    @property
+    def commit_groups(self) -> Counter[int]:
+        """Write transactions so far, by the number of writes each carried (group commit: 1
+        is a write alone; see ``_connection``)."""
+        return self._db.groups

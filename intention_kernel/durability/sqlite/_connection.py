@@ -22,12 +22,14 @@ import queue
 import sqlite3
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 from ...contracts.errors import ConfigurationError, DurabilityError, ErrorCode, StoreSchemaError
 from ._errors import SQLITE_BUSY, SQLITE_LOCKED, translate_errors
+from ._jobs import MAX_GROUP, Job, hand_back, translated
 from ._location import require_directory
 from ._schema import SCHEMA_VERSION, migrate, stored_version
 
@@ -140,44 +142,6 @@ def _configure(
     return conn
 
 
-class _Job:
-    """One function for the worker thread. ``claim`` decides, once, between the worker
-    starting it and a cancelled caller dropping it; ``finished`` and the result are set on the
-    event loop's thread (``_deliver``), so a caller never misses the end of a started job."""
-
-    __slots__ = ("claim", "context", "ended", "finished", "fn", "future", "loop", "on_commit")
-
-    def __init__(
-        self,
-        fn: Callable[[sqlite3.Connection], Any],
-        on_commit: Callable[[], None] | None,
-        context: Any,
-        loop: asyncio.AbstractEventLoop,
-    ) -> None:
-        self.fn = fn
-        self.on_commit = on_commit
-        self.context = context
-        self.loop = loop
-        self.future: asyncio.Future[Any] = loop.create_future()
-        self.claim = threading.Lock()
-        self.finished = False
-        self.ended: asyncio.Future[None] | None = None
-
-
-def _deliver(job: _Job, result: Any, error: BaseException | None) -> None:
-    """On the event loop's thread: the job ended; hand its outcome to whoever waits."""
-    job.finished = True
-    future = job.future
-    if not future.done():
-        if error is None:
-            future.set_result(result)
-        else:
-            future.set_exception(error)
-    ended = job.ended
-    if ended is not None and not ended.done():
-        ended.set_result(None)
-
-
 class Connection:
     """Runs functions against the connection on the worker thread (opened on first use).
 
@@ -193,8 +157,10 @@ class Connection:
         self.migrate = migrate
         self.commits = 0
         """Write transactions committed with changes (each is one WAL fsync)."""
+        self.groups: Counter[int] = Counter()
+        """Write transactions, by the number of write jobs each carried (group commit)."""
         self._conn: sqlite3.Connection | None = None
-        self._jobs: queue.SimpleQueue[tuple[_Job, bool] | None] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[tuple[Job, bool] | None] = queue.SimpleQueue()
         self._worker: threading.Thread | None = None
         self._start_lock = threading.Lock()
         self._closed = False
@@ -241,7 +207,7 @@ class Connection:
         started, else waited for to its end (a ``COMMIT`` on the worker thread cannot be
         interrupted, and the lease it is fenced by must not be released before it ends)."""
         self._ensure_worker()
-        job = _Job(fn, on_commit, context, asyncio.get_running_loop())
+        job = Job(fn, on_commit, context, asyncio.get_running_loop())
         self._jobs.put((job, write))
         try:
             result: T = await job.future
@@ -256,24 +222,96 @@ class Connection:
             raise
 
     def _work(self) -> None:
-        """The worker thread: run jobs in order until ``None`` arrives."""
+        """The worker thread: run jobs in order until ``None`` arrives. Write jobs queued
+        together run as one group (``_group``); a read ends the group and runs after it."""
         jobs = self._jobs
+        carried: list[tuple[Job, bool] | None] = []  # taken from the queue, not run yet
         while True:
-            item = jobs.get()
+            item = carried.pop() if carried else jobs.get()
             if item is None:
                 return
             job, write = item
-            if not job.claim.acquire(blocking=False):
-                continue  # its caller was cancelled before it started
-            try:
-                result = self._call(job.fn, write, job.on_commit, job.context)
-            except BaseException as exc:
-                outcome: tuple[Any, BaseException | None] = (None, exc)
+            group = [job]
+            while write and len(group) < MAX_GROUP:
+                try:
+                    queued = jobs.get_nowait()
+                except queue.Empty:
+                    break
+                if queued is None or not queued[1]:
+                    carried.append(queued)  # the end, or a read: after the group committed
+                    break
+                group.append(queued[0])
+            if len(group) > 1:
+                self._group(group)
             else:
-                outcome = (result, None)
-            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
-                job.loop.call_soon_threadsafe(_deliver, job, *outcome)
-            del job, item, outcome
+                self._one(job, write)
+            del job, item, group
+
+    def _one(self, job: Job, write: bool) -> None:
+        if not job.claim.acquire(blocking=False):
+            return  # its caller was cancelled before it started
+        if write:
+            self.groups[1] += 1
+        try:
+            result = self._call(job.fn, write, job.on_commit, job.context)
+        except BaseException as exc:
+            hand_back(job, None, exc)
+        else:
+            hand_back(job, result, None)
+
+    def _group(self, group: list[Job]) -> None:
+        """Group commit: write jobs that were queued together run in one ``BEGIN IMMEDIATE``
+        transaction, one fsync for all. Each runs in its own savepoint, so one that raises is
+        rolled back alone and gets its own error; every outcome is handed back only after
+        ``COMMIT``. A group that cannot start (the write lock not granted in time) runs its
+        jobs one by one; a ``COMMIT`` that fails fails every job of the group (nothing of it
+        was written)."""
+        try:
+            with translate_errors(**group[0].context):
+                conn = self._open()
+                conn.execute("BEGIN IMMEDIATE")
+        except BaseException:
+            for job in group:
+                self._one(job, True)
+            return
+        before = conn.total_changes
+        ran: list[tuple[Job, Any, BaseException | None]] = []
+        try:
+            for job in group:
+                if not job.claim.acquire(blocking=False):
+                    continue
+                ran.append((job, None, None))
+                conn.execute("SAVEPOINT ik_job")
+                try:
+                    with translate_errors(**job.context):
+                        ran[-1] = (job, job.fn(conn), None)
+                except Exception as exc:
+                    ran[-1] = (job, None, exc)
+                    conn.execute("ROLLBACK TO ik_job")
+                conn.execute("RELEASE ik_job")
+            conn.execute("COMMIT")
+        except BaseException as exc:
+            if conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):  # the original error matters
+                    conn.execute("ROLLBACK")
+            for job, _, _ in ran:
+                hand_back(job, None, translated(exc, job.context))
+            return
+        self.groups[len(ran)] += 1
+        if conn.total_changes != before:
+            self.commits += 1
+        for job, result, error in ran:
+            if error is None and job.on_commit is not None:
+                try:
+                    job.on_commit()
+                except BaseException as exc:
+                    error = exc
+            hand_back(job, result, error)
+
+    def _open(self) -> sqlite3.Connection:
+        if self._conn is None:
+            self._conn = _connect(self.path, self.busy_timeout, self.migrate)
+        return self._conn
 
     def _call(
         self,
@@ -283,9 +321,7 @@ class Connection:
         context: Any,
     ) -> T:
         with translate_errors(**context):
-            if self._conn is None:
-                self._conn = _connect(self.path, self.busy_timeout, self.migrate)
-            conn = self._conn
+            conn = self._open()
             if not write:
                 return fn(conn)
             before = conn.total_changes
