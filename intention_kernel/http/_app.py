@@ -174,6 +174,7 @@ def create_app(
                     authorize=authorize,
                     session_secret=session_secret,
                     provider_key=provider_key if provider_key is not None else agent.provider_key,
+                    turn_timeout=turn_timeout,
                 ),
             )
         )

@@ -15,6 +15,7 @@ from ._function_capability import capability
 from ._kernel import Kernel
 from ._keys import provider_idempotency_key
 from ._limits import KernelLimits
+from ._pending import ConfirmationField, PendingConfirmation, pending_confirmation
 from ._policies import Policy, PolicyDecision, PolicyRequest, allow, deny, require_confirmation
 from ._response import Response, StepSummary, TurnResult, TurnUsage
 from ._results import (
@@ -60,6 +61,7 @@ __all__ = [
     "Completed",
     "Confirmation",
     "ConfirmationAnswer",
+    "ConfirmationField",
     "ConfirmationHeld",
     "ConfirmationMode",
     "Effect",
@@ -76,6 +78,7 @@ __all__ = [
     "NeedsConfirmation",
     "NeedsDependency",
     "NeedsInput",
+    "PendingConfirmation",
     "Policy",
     "PolicyDecision",
     "PolicyRequest",
@@ -107,6 +110,7 @@ __all__ = [
     "define_fact",
     "deny",
     "operation_digest",
+    "pending_confirmation",
     "provider_idempotency_key",
     "request_fingerprint",
     "require_confirmation",

@@ -1,5 +1,6 @@
 """The web inspector for operators: threads, the uncertain-writes queue, reconciliation with
-confirmation and audit, the turn inbox's requests (retry, cancel), and the deploy check, as
+confirmation and audit, the turn inbox's requests (retry, cancel), operators' answers to a
+pending confirmation (approve, approve with edits, decline), and the deploy check, as
 server-rendered pages (``docs/inspector.md``).
 
 ``create_inspector(store, authenticate=...)`` builds it alone (mount it where you like);

@@ -5,7 +5,7 @@ Why server-rendered and small: the pages must work without a build step and with
 (a bit of script only shows or hides the value field), with a keyboard and a screen reader.
 Every form carries the session's CSRF token and a POST from another origin is refused
 (``_security``); each page lives in its own module (``_login``, ``_threads``, ``_receipts``,
-``_requests``, ``_deploy``).
+``_requests``, ``_answers``, ``_deploy``).
 """
 
 from __future__ import annotations
@@ -23,8 +23,15 @@ from ...contracts.durability import DurabilityStore
 from ...contracts.errors import ConfigurationError
 from ...kernel import CompiledAgent
 from .._auth import Authenticator, Authorizer, BearerTokens, allow_any
+from ._answers import review_answer, run_answer
 from ._deploy import deploy, run_deploy
-from ._inspector import DEFAULT_PAGE_SIZE, INSPECTOR_STATE, Inspector, ProviderKey
+from ._inspector import (
+    DEFAULT_PAGE_SIZE,
+    DEFAULT_TURN_TIMEOUT,
+    INSPECTOR_STATE,
+    Inspector,
+    ProviderKey,
+)
 from ._login import _verifier, home, login, login_page, logout
 from ._receipts import confirm, queue, receipt_page, reconcile
 from ._requests import act_on_request, confirm_request, request_page, requests
@@ -67,6 +74,7 @@ def create_inspector(
     session_lifetime: int = 8 * 3600,
     provider_key: ProviderKey | None = None,
     page_size: int = DEFAULT_PAGE_SIZE,
+    turn_timeout: float | None = DEFAULT_TURN_TIMEOUT,
 ) -> Starlette:
     """The operator's web inspector over ``store`` (see ``docs/inspector.md``).
 
@@ -74,11 +82,14 @@ def create_inspector(
     service's callable), and again on every request of the session. Sessions live in this
     process (a restart logs everyone out; several instances need sticky sessions), last
     ``session_lifetime`` seconds and end at logout. ``agent`` gives the compatibility for the
-    incompatible filter, the diagnosis and the deploy check. ``session_secret`` (32 bytes or
-    more) signs the login form's cookie; without one, a secret is made per process.
+    incompatible filter, the diagnosis and the deploy check, and lets operators answer the
+    confirmation a thread waits on (the answer runs as a turn of the agent, bounded by
+    ``turn_timeout`` seconds; ``None``: no bound). ``session_secret`` (32 bytes or more) signs
+    the login form's cookie; without one, a secret is made per process.
     ``authorize(principal, thread_id, action)`` is asked with ``read`` (for every row and
-    link shown), ``reconcile``, and ``retry`` or ``cancel`` before an operator's action on a
-    turn request. ``provider_key(receipt)`` shows the key the provider knows.
+    link shown), ``reconcile``, ``retry`` or ``cancel`` before an operator's action on a turn
+    request, and ``answer`` before an operator's answer to a confirmation.
+    ``provider_key(receipt)`` shows the key the provider knows.
     """
     if not callable(authenticate):
         raise ConfigurationError(
@@ -102,6 +113,8 @@ def create_inspector(
         SessionStore(session_lifetime),
         provider_key,
         page_size,
+        agent=agent,
+        turn_timeout=turn_timeout,
     )
     static = StaticFiles(packages=[("intention_kernel.http.inspector", "static")])
     app = Starlette(
@@ -129,6 +142,12 @@ def create_inspector(
                 methods=["POST"],
             ),
             Route("/request", _page(act_on_request, post=True, operator=True), methods=["POST"]),
+            Route(
+                "/answer/confirm",
+                _page(review_answer, post=True, operator=True),
+                methods=["POST"],
+            ),
+            Route("/answer", _page(run_answer, post=True, operator=True), methods=["POST"]),
             Route("/deploy", _page(deploy), methods=["GET"]),
             Route("/deploy", _page(run_deploy, post=True, operator=True), methods=["POST"]),
             Mount("/static", app=static, name="static"),

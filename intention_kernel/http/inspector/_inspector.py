@@ -1,4 +1,4 @@
-"""What every inspector page shares: the store, the agent's compatibility, auth, sessions,
+"""What every inspector page shares: the store, the agent and its compatibility, auth, sessions,
 the templates (escaped: nothing stored is marked safe) and the security headers of a page.
 
 Why ids travel in query strings only: an id may hold ``/``, ``#``, ``?`` or be ``..``, which a
@@ -23,7 +23,7 @@ from ...contracts.errors import KernelError
 from ...contracts.inbox import TurnInbox
 from ...contracts.inspect import StoreInspector
 from ...contracts.receipts import EffectReceipt, ReceiptStatus
-from ...kernel import Compatibility
+from ...kernel import Compatibility, CompiledAgent
 from ...operations import age
 from .._auth import Authorizer, Principal, resolve
 from ._session import Recheck, Session, SessionCodec, SessionStore
@@ -35,6 +35,8 @@ INSPECTOR_STATE = "intention_kernel_inspector"
 SESSION_COOKIE = "ik_inspector"
 LOGIN_COOKIE = "ik_inspector_login"
 DEFAULT_PAGE_SIZE = 50
+DEFAULT_TURN_TIMEOUT = 60.0
+"""How long an operator's answer may run (seconds), as the HTTP service's ``turn_timeout``."""
 QUEUE_LIMIT = 500
 TURNS_SHOWN = 20
 EVENTS_SHOWN = 50
@@ -77,7 +79,8 @@ def _when(moment: datetime | None) -> str:
 
 
 class Inspector:
-    """What the pages share: the store, the agent's compatibility, auth, sessions, templates."""
+    """What the pages share: the store, the agent (and its compatibility), auth, sessions,
+    templates."""
 
     def __init__(
         self,
@@ -89,9 +92,15 @@ class Inspector:
         sessions: SessionStore,
         provider_key: ProviderKey | None,
         page_size: int,
+        *,
+        agent: CompiledAgent | None = None,
+        turn_timeout: float | None = DEFAULT_TURN_TIMEOUT,
     ) -> None:
         self.store = store
         self.compat = compat
+        self.agent = agent
+        """The served agent: an operator's answer to a confirmation runs as its turn."""
+        self.turn_timeout = turn_timeout
         self.verify = verify
         self.authorize = authorize
         self.codec = codec

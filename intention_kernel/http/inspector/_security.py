@@ -39,6 +39,8 @@ def _secure(request: Request) -> bool:
 
 
 MAX_FORM_BYTES = 65_536
+MAX_FORM_FIELDS = 200
+"""Fields a form may send (an answer sends one per edited field)."""
 
 
 async def _form(request: Request) -> dict[str, str]:
@@ -57,7 +59,10 @@ async def _form(request: Request) -> dict[str, str]:
             raise InspectorProblem(413, "INVALID_FORM", "the form is too large")
     try:
         pairs = parse_qsl(
-            body.decode("utf-8"), keep_blank_values=True, strict_parsing=False, max_num_fields=20
+            body.decode("utf-8"),
+            keep_blank_values=True,
+            strict_parsing=False,
+            max_num_fields=MAX_FORM_FIELDS,
         )
     except (UnicodeDecodeError, ValueError):
         raise InspectorProblem(400, "INVALID_FORM", "the form could not be read") from None
@@ -108,8 +113,8 @@ def _page(
                 raise InspectorProblem(
                     403,
                     "FORBIDDEN",
-                    f"{session.principal.id} is a viewer: only operators may reconcile, retry or"
-                    " cancel",
+                    f"{session.principal.id} is a viewer: only operators may reconcile, retry,"
+                    " cancel or answer",
                 )
             return await handler(inspector, request, session)
         except InspectorProblem as problem:

@@ -22,6 +22,7 @@ from ...kernel import Response as TurnResponse
 from ...operations import diagnose_thread, redact
 from ...operations._history import turn_answer
 from .._turns import user_input
+from ._answer_form import answer_section, is_answer_turn
 from ._inspector import (
     _FILTERS,
     EVENTS_SHOWN,
@@ -185,8 +186,21 @@ def _turn_row(stored: DurableTurnResult) -> dict[str, Any]:
 
 
 async def thread(inspector: Inspector, request: Request, session: Session) -> Response:
-    """One thread (``/thread?id=``): checkpoint, turns, receipts, outbox and the diagnosis."""
+    """One thread (``/thread?id=``): checkpoint, turns, receipts, outbox and the diagnosis,
+    and the confirmation it waits on (answered by operators, ``_answers``)."""
     thread_id = validate_thread_id(request.query_params.get("id", ""))
+    context = await thread_context(inspector, request, session, thread_id)
+    answered = request.query_params.get("answered", "")
+    if answered and is_answer_turn(answered):  # the redirect after an operator's answer
+        stored = await inspector.store.get_turn(thread_id, answered)
+        context["answered"] = None if stored is None else _turn_row(stored)
+    return inspector.render(request, "thread.html", context, session=session)
+
+
+async def thread_context(
+    inspector: Inspector, request: Request, session: Session, thread_id: str
+) -> dict[str, Any]:
+    """What the thread page shows (``read`` on the thread checked here)."""
     await inspector.require(session, thread_id, "read")
     store = inspector.store
     corrupt: str | None = None
@@ -220,38 +234,36 @@ async def thread(inspector: Inspector, request: Request, session: Session) -> Re
             store, lookup, thread_id, checkpoint, compat=inspector.compat
         )
     base = _thread_href(request, thread_id)
-    return inspector.render(
-        request,
-        "thread.html",
-        {
-            "title": f"Thread {thread_id}",
-            "thread_id": thread_id,
-            "checkpoint": checkpoint,
-            "corrupt": corrupt,
-            "accepted": inspector.accepted(),
-            "receipts": receipts,
-            "turns": turns,
-            "earlier_turns_href": (
-                f"{base}&{urlencode({'turns_after': max(0, turns_after - TURNS_SHOWN)})}"
-                if turns_after > 0
-                else None
-            ),
-            "later_turns_href": (
-                f"{base}&{urlencode({'turns_after': turns_after + TURNS_SHOWN})}"
-                if turns_after + TURNS_SHOWN < head
-                else None
-            ),
-            "events": events,
-            "more_events_href": (
-                f"{base}&{urlencode({'events_after': events[-1].position})}#outbox"
-                if more_events and events
-                else None
-            ),
-            "diagnosis": diagnosis,
-            "requests": requests,
-        },
-        session=session,
-    )
+    return {
+        "title": f"Thread {thread_id}",
+        "thread_id": thread_id,
+        "checkpoint": checkpoint,
+        "corrupt": corrupt,
+        "accepted": inspector.accepted(),
+        "receipts": receipts,
+        "turns": turns,
+        "earlier_turns_href": (
+            f"{base}&{urlencode({'turns_after': max(0, turns_after - TURNS_SHOWN)})}"
+            if turns_after > 0
+            else None
+        ),
+        "later_turns_href": (
+            f"{base}&{urlencode({'turns_after': turns_after + TURNS_SHOWN})}"
+            if turns_after + TURNS_SHOWN < head
+            else None
+        ),
+        "events": events,
+        "more_events_href": (
+            f"{base}&{urlencode({'events_after': events[-1].position})}#outbox"
+            if more_events and events
+            else None
+        ),
+        "diagnosis": diagnosis,
+        "requests": requests,
+        "answer": await answer_section(inspector, session, thread_id, checkpoint),
+        "answer_error": None,
+        "answered": None,
+    }
 
 
 async def old_thread_path(request: Request) -> Response:
