@@ -4,6 +4,7 @@ machines. Built on asyncpg; every statement is one short transaction (see ``_sql
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any
 
@@ -253,6 +254,14 @@ class PostgresDurability(DurableStore[PgLease]):
     def pool(self) -> Any:
         """The asyncpg pool of the store, for tools that work on the same schema."""
         return self.connection.pool
+
+    @property
+    def commit_groups(self) -> Counter[int]:
+        """Commit statements sent so far, by the number of turns each carried (group commit:
+        1 is a commit alone; see ``_group``)."""
+        turns = self.roles.turns
+        assert isinstance(turns, PostgresTurns)
+        return turns.group.sizes
 
     # ---------------------------------------------------------------- notifications
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import socket
 from collections.abc import Awaitable, Callable
@@ -108,13 +109,23 @@ class LeaseSettings:
         return self.ttl / 3 if self.heartbeat is None else self.heartbeat
 
 
+def due_at(earliest: float, interval: float, ttl: float) -> float:
+    """The first point of the shared renewal grid at or after ``earliest``. Its step is a
+    quarter interval, less when the heartbeat leaves little room before the lease's proven
+    validity ends (``0.9 * ttl``, see ``Heartbeat``); none when it leaves none."""
+    step = min(interval, 0.9 * ttl - interval) / 4
+    if step <= 0:
+        return earliest
+    return math.ceil(earliest / step) * step
+
+
 @dataclass(slots=True)
 class Heartbeat:
     """Renews one lease until stopped; cancels ``owner_task`` when the lease is lost.
 
     Most turns end before the first renewal is due, so ``start`` only arms a timer; the
-    renewal task is created when the timer fires (one interval after ``start``, exactly when
-    the first renewal of a task started at once would have been sent).
+    renewal task is created when the timer fires (one interval after ``start``, moved to the
+    store's renewal grid, ``due_at``, so leases due together renew in one statement).
     """
 
     renew: Callable[[], Awaitable[bool]]
@@ -131,7 +142,7 @@ class Heartbeat:
         lease is proven valid until ``confirmed + ttl``); by default now."""
         loop = asyncio.get_running_loop()
         self._confirmed = loop.time() if confirmed is None else confirmed
-        self._timer = loop.call_later(self.settings.interval, self._due)
+        self._timer = loop.call_at(self._next(loop.time()), self._due)
 
     def _due(self) -> None:
         self._timer = None
@@ -143,9 +154,14 @@ class Heartbeat:
         if self._timer is not None or self.lost:
             return
         loop = asyncio.get_running_loop()
-        delay = max(0.0, self._confirmed + self.settings.interval - loop.time())
         self._task = None
-        self._timer = loop.call_later(delay, self._due)
+        self._timer = loop.call_at(self._next(self._confirmed), self._due)
+
+    def _next(self, after: float) -> float:
+        """When the renewal following one proven at ``after`` is due: on the store's shared
+        grid (``due_at``), so the leases due together renew in one statement."""
+        settings = self.settings
+        return due_at(after + settings.interval, settings.interval, settings.ttl)
 
     def halt(self) -> None:
         """Stop renewing at once; from then on the heartbeat cannot cancel the owner."""
@@ -183,7 +199,8 @@ class Heartbeat:
             except Exception:
                 held = None
             if held:
-                self._confirmed, delay = sent, interval
+                self._confirmed = sent
+                delay = max(0.0, self._next(sent) - loop.time())
                 continue
             if held is None and loop.time() + 0.05 < valid_until:
                 # Transient failure: retry while still proven (never sleeping past it).

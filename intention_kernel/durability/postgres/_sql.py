@@ -27,13 +27,14 @@ class Statements:
     load: str
     find_turn: str
     replay: str
-    renew: str
+    renew_group: str
     release: str
     release_owner: str
     read_receipt: str
     prepare_receipt: str
     write_receipt: str
     commit: str
+    commit_group: str
     after_commit: str
     fencing: bool = True
     """Whether writes check the lease (and a lost lease cancels the turn)."""
@@ -53,6 +54,15 @@ class Statements:
         # The commit releases the row it fenced on: locked for that update from the start (a
         # share lock upgraded later could deadlock with another upgrader).
         commit_fence = fence.replace(" FOR SHARE", " FOR NO KEY UPDATE")
+        # The rows of a group commit whose lease holds, locked in thread order (two groups
+        # never wait for each other in a cycle).
+        group_fence = (
+            f"SELECT r.k FROM req r JOIN {s}.leases l ON l.thread_id = r.thread_id"
+            " AND l.epoch = r.epoch AND l.owner = r.owner AND l.expires_at <> '-infinity'"
+            " ORDER BY r.thread_id FOR NO KEY UPDATE OF l"
+            if fencing
+            else "SELECT r.k FROM req r"
+        )
         return cls(
             # $1 thread, $2 turn (or ''), $3 owner, $4 ttl seconds, $5 skip when committed.
             # One statement: the committed turn (replay) or the lease plus the checkpoint.
@@ -93,11 +103,14 @@ LEFT JOIN {s}.turns c ON c.thread_id = $1 AND c.turn_id = h.turn_id""",
             # SELECT, so a committed turn replays where ``acquire`` (it writes) cannot run.
             replay=f"SELECT result AS prior_result, fingerprint AS prior_fingerprint"
             f" FROM {s}.turns WHERE thread_id = $1 AND turn_id = $2",
-            renew=f"""
-UPDATE {s}.leases SET expires_at = clock_timestamp() + make_interval(secs => $4::float8)
-WHERE thread_id = $1 AND epoch = $2 AND owner = $3 AND expires_at <> '-infinity'
-    AND {_SYNC_OFF}
-RETURNING 1""",
+            # $1 threads, $2 epochs, $3 owners, $4 ttl: every lease still held renewed in one
+            # statement; the owners renewed come back (one per acquisition).
+            renew_group=f"""
+UPDATE {s}.leases l SET expires_at = clock_timestamp() + make_interval(secs => $4::float8)
+FROM unnest($1::text[], $2::int8[], $3::text[]) AS r(thread_id, epoch, owner)
+WHERE l.thread_id = r.thread_id AND l.epoch = r.epoch AND l.owner = r.owner
+    AND l.expires_at <> '-infinity' AND {_SYNC_OFF}
+RETURNING l.owner""",
             release=f"""
 UPDATE {s}.leases SET expires_at = '-infinity'
 WHERE thread_id = $1 AND epoch = $2 AND owner = $3 AND {_SYNC_OFF}""",
@@ -192,6 +205,69 @@ SELECT (SELECT count(*) FROM fence) AS fenced,
        (SELECT count(*) FROM turn) + (SELECT count(*) FROM events) AS written,
        (SELECT count(*) FROM released) AS released,
        (SELECT revision FROM {s}.heads WHERE thread_id = $1) AS stored_revision""",
+            # Group commit: the commits of several threads in one statement, one transaction,
+            # one WAL flush. Row k of $1-$9 is one commit (thread, epoch, owner, turn, new
+            # revision, fingerprint, result, agent fingerprint, pending interaction kind);
+            # $10/$11/$12 are the events (row k, sequence, event), $13/$14 the progress items
+            # (row k, item). Each row has its own fence and head compare-and-set (the new
+            # revision is always the loaded one plus one); a row whose turn is already stored
+            # is left out (``exists``). The answer says per row what ``commit`` says.
+            commit_group=f"""
+WITH req AS (
+    SELECT * FROM unnest($1::text[], $2::int8[], $3::text[], $4::text[], $5::int8[],
+                         $6::text[], $7::text[], $8::text[], $9::text[]) WITH ORDINALITY
+        AS r(thread_id, epoch, owner, turn_id, revision, fingerprint, result, agent,
+             pending, k)
+), fence AS ({group_fence}), stored AS (
+    SELECT r.k FROM req r JOIN {s}.turns t ON t.thread_id = r.thread_id AND t.turn_id = r.turn_id
+), head AS (
+    INSERT INTO {s}.heads AS h
+        (thread_id, revision, turn_id, agent_fingerprint, pending_interaction)
+    SELECT r.thread_id, r.revision, r.turn_id, r.agent, r.pending FROM req r
+    WHERE r.k IN (SELECT k FROM fence) AND r.k NOT IN (SELECT k FROM stored) AND {_SYNC_ON}
+    ON CONFLICT (thread_id) DO UPDATE
+        SET revision = excluded.revision, turn_id = excluded.turn_id,
+            agent_fingerprint = excluded.agent_fingerprint,
+            pending_interaction = excluded.pending_interaction
+        WHERE h.revision = excluded.revision - 1
+    RETURNING h.thread_id
+), moved AS (
+    SELECT r.* FROM req r JOIN head ON head.thread_id = r.thread_id
+), turn AS (
+    INSERT INTO {s}.turns (thread_id, turn_id, revision, fingerprint, result)
+    SELECT thread_id, turn_id, revision, fingerprint, result FROM moved
+), events AS (
+    INSERT INTO {s}.outbox (thread_id, turn_id, sequence, event)
+    SELECT m.thread_id, m.turn_id, e.sequence, e.event
+    FROM unnest($10::int8[], $11::int[], $12::text[]) WITH ORDINALITY AS e(k, sequence, event, n)
+    JOIN moved m ON m.k = e.k
+    ORDER BY e.n
+), released AS (
+    UPDATE {s}.leases l SET expires_at = '-infinity' FROM moved m
+    WHERE l.thread_id = m.thread_id AND l.epoch = m.epoch AND l.owner = m.owner
+    RETURNING l.thread_id
+), done AS (
+    UPDATE {s}.inbox i SET state = 'done', finished_at = now(), claimed_by = NULL,
+        claimed_until = NULL
+    FROM moved m WHERE i.thread_id = m.thread_id AND i.turn_id = m.turn_id
+        AND i.state <> 'done'
+), progress AS (
+    INSERT INTO {s}.progress (thread_id, turn_id, seq, item, written_at)
+    SELECT m.thread_id, m.turn_id,
+           coalesce((SELECT max(g.seq) FROM {s}.progress g
+                     WHERE g.thread_id = m.thread_id AND g.turn_id = m.turn_id), 0)
+           + row_number() OVER (PARTITION BY m.k ORDER BY i.n), i.item, now()
+    FROM unnest($13::int8[], $14::text[]) WITH ORDINALITY AS i(k, item, n)
+    JOIN moved m ON m.k = i.k
+    ON CONFLICT DO NOTHING
+)
+SELECT r.k,
+       r.k IN (SELECT k FROM fence) AS fenced,
+       r.k IN (SELECT k FROM stored) AS already,
+       r.thread_id IN (SELECT thread_id FROM head) AS moved,
+       r.thread_id IN (SELECT thread_id FROM released) AS released,
+       (SELECT revision FROM {s}.heads WHERE thread_id = r.thread_id) AS stored_revision
+FROM req r ORDER BY r.k""",
             # $4 turn. Only after a commit was not fenced: did this very lease release itself
             # (an earlier attempt of this commit landed, its answer lost) and is the turn in?
             after_commit=f"""

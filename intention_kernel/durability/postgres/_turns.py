@@ -34,9 +34,11 @@ from ..storage import OpenedTurn, StoredTurn, TurnCommit
 from ._acquire import Acquired, ReadOnly, acquire_statement, acquired_from, replay_read_only
 from ._connection import PgConnection
 from ._effects import PostgresEffects
+from ._group import CommitGroup
 from ._handoff import HandedLeases
 from ._heads import HeadTexts
 from ._lease import Heartbeat, LeaseSettings, PgLease, new_owner
+from ._renewals import Renewals
 from ._sql import Statements
 
 __all__ = ["PostgresTurns"]
@@ -72,6 +74,10 @@ class PostgresTurns:
         self._background: set[asyncio.Task[None]] = set()
         self.handed = HandedLeases(lease_settings, self._give_back)
         """Leases a submit that claims took for its worker's turn (see ``_handoff``)."""
+        self.group = CommitGroup(db, sql, self._send_commit)
+        self.renewals = Renewals(db, sql, lease_settings.ttl)
+        """Heartbeats due together renew in one statement (see ``_renewals``)."""
+        """Commits alone when idle, in groups when they queue up (see ``_group``)."""
 
     async def _try_acquire(self, thread_id: str, turn_id: str, *, skip_committed: bool) -> Acquired:
         owner = new_owner()
@@ -226,10 +232,7 @@ class PostgresTurns:
         await self._release(lease)
 
     async def _renew(self, lease: PgLease) -> bool:
-        row = await self._db.fetchrow(
-            self._sql.renew, lease.thread_id, lease.epoch, lease.owner, self.lease_settings.ttl
-        )
-        return row is not None
+        return await self.renewals.renew(lease)
 
     @property
     def _release_timeout(self) -> float:
@@ -282,22 +285,7 @@ class PostgresTurns:
         )
         try:
             with lease.write():
-                row = await self._db.fetchrow(
-                    self._sql.commit,
-                    thread_id,
-                    lease.epoch,
-                    lease.owner,
-                    turn_id,
-                    commit.revision,
-                    loaded_revision,
-                    commit.fingerprint,
-                    commit.result_json,
-                    [e.sequence for e in commit.events],
-                    commit.events_json,
-                    commit.agent_fingerprint,
-                    commit.pending_interaction,
-                    list(commit.progress),
-                )
+                row = await self.group.commit(lease, commit)
         except DurabilityError as exc:
             cause = exc.__cause__
             if isinstance(cause, asyncpg.UniqueViolationError):
@@ -309,6 +297,8 @@ class PostgresTurns:
                     context={"thread_id": thread_id, "loaded_revision": loaded_revision},
                 ) from cause
             raise
+        if row["fenced"] and row.get("already"):  # left out of a group commit: stored
+            raise _turns.already_committed(thread_id, turn_id)
         if not row["fenced"]:
             after = await self._db.fetchrow(
                 self._sql.after_commit, thread_id, lease.epoch, lease.owner, turn_id
@@ -327,6 +317,25 @@ class PostgresTurns:
                 code=ErrorCode.CHECKPOINT_REVISION_CONFLICT, context={"thread_id": thread_id}
             )
         return row
+
+    async def _send_commit(self, lease: PgLease, commit: TurnCommit) -> Any:
+        """One commit's own statement (``commit``): its row, or the server's refusal."""
+        return await self._db.fetchrow(
+            self._sql.commit,
+            commit.thread_id,
+            lease.epoch,
+            lease.owner,
+            commit.turn_id,
+            commit.revision,
+            commit.loaded_revision,
+            commit.fingerprint,
+            commit.result_json,
+            [e.sequence for e in commit.events],
+            commit.events_json,
+            commit.agent_fingerprint,
+            commit.pending_interaction,
+            list(commit.progress),
+        )
 
     # ---------------------------------------------------------------- effects
 
@@ -351,6 +360,8 @@ class PostgresTurns:
         return await self._effects.get_receipt(thread_id, idempotency_key)
 
     async def close(self) -> None:
+        await self.group.close()
+        await self.renewals.close()
         await self.handed.close()
         if self._background:  # lease releases of cancelled turns, before the pool goes
             await asyncio.wait(self._background, timeout=self._release_timeout + 1)
