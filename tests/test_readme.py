@@ -3,17 +3,32 @@ it names exists, and it says what the two commands need."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import re
 import shlex
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+from pydantic import BaseModel
+
+from intention_kernel import (
+    CapabilityContext,
+    CompiledAgent,
+    Completed,
+    Kernel,
+    define_agent,
+    define_capability,
+)
+from intention_kernel.testing import MemoryDurability, ScriptedModelGateway
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 TEXT = README.read_text()
-PYTHON = re.findall(r"```python\n(.*?)```", TEXT, flags=re.S)
+PYTHON: list[str] = re.findall(r"```python\n(.*?)```", TEXT, flags=re.S)
 SHELL = re.findall(r"```bash\n(.*?)```", TEXT, flags=re.S)
 
 
@@ -27,19 +42,120 @@ def test_there_are_two_quickstarts() -> None:
     assert any("open_durability" in block for block in PYTHON)
 
 
+def _agent_quickstart() -> str:
+    [quickstart] = [b for b in PYTHON if "define_agent" in b]
+    return quickstart
+
+
 def test_the_agent_quickstart_runs_as_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    [quickstart] = [b for b in PYTHON if "define_agent" in b]
     monkeypatch.chdir(tmp_path)
-    out = _run(quickstart, capsys)
+    out = _run(_agent_quickstart(), capsys)
     assert out.splitlines() == [
         "Please confirm: Book the quoted stay (quote_id: Q-7).",
         "Booked BK-Q-7.",
-        "True",  # streamed: the text deltas add up to the committed answer
-        "True",  # run_sync on a store opened with open_durability_sync
     ]
-    assert (tmp_path / "desk.db").exists()
+
+
+def test_the_agent_quickstart_is_short() -> None:
+    """At most half the 102 lines it took before the short form, its fences included."""
+    assert len(_agent_quickstart().splitlines()) + 2 <= 51
+
+
+def test_the_agent_quickstart_type_checks_under_mypy_strict(tmp_path: Path) -> None:
+    """With the project's mypy configuration (strict, the pydantic plugin). A copy with one
+    typo in a call on ``context.deps`` must fail, so the check is known to bite."""
+    pytest.importorskip("mypy")
+    quickstart = _agent_quickstart()
+    typo = quickstart.replace("context.deps.book(", "context.deps.bok(")
+    assert typo != quickstart
+    (tmp_path / "quickstart.py").write_text(quickstart)
+    (tmp_path / "quickstart_typo.py").write_text(typo)
+    checked = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--config-file",
+            str(ROOT / "pyproject.toml"),
+            str(tmp_path / "quickstart.py"),
+            str(tmp_path / "quickstart_typo.py"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    errors = [line for line in checked.stdout.splitlines() if ": error:" in line]
+    assert not [e for e in errors if "quickstart.py:" in e], checked.stdout
+    assert [e for e in errors if "quickstart_typo.py:" in e and '"bok"' in e], checked.stdout
+
+
+async def test_the_agent_quickstart_has_the_long_forms_manifest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The quickstart's agent written with ``define_capability``: the same manifest and
+    fingerprint, and the same answers."""
+    monkeypatch.chdir(tmp_path)
+    readme: dict[str, Any] = {"__name__": "readme"}
+    await asyncio.to_thread(exec, compile(_agent_quickstart(), "README.md", "exec"), readme)
+    capsys.readouterr()
+    hotels = readme["Hotels"]
+
+    class BookInput(BaseModel):
+        quote_id: str
+
+    class BookOutput(BaseModel):
+        result: str
+
+    async def book(context: CapabilityContext[Any], input: BookInput) -> Completed:
+        effect = await context.run_effect(
+            f"booking:{input.quote_id}",
+            lambda authority: context.deps.book(
+                input.quote_id, idempotency_key=authority.idempotency_key
+            ),
+        )
+        return Completed(output=BookOutput(result=str(effect.value)))
+
+    long = define_agent(
+        id="desk",
+        version="1.0.0",
+        description="Books hotel stays.",
+        deps_type=hotels,
+        capabilities=[
+            define_capability(
+                id="hotels.book",
+                version="1.0.0",
+                description="Book the quoted stay.",
+                input=BookInput,
+                output=BookOutput,
+                effect="write",
+                confirmation="required",
+                execute=book,
+            )
+        ],
+    )
+    short: CompiledAgent = readme["desk"]
+    model = ScriptedModelGateway(
+        {
+            "compose": readme["compose"],
+            "interpret": [
+                {"intentions": [{"capability": "hotels.book", "input": {"quote_id": "Q-7"}}]},
+                {"intentions": [], "answer": {"option": "yes"}},
+            ],
+        }
+    )
+    desk = Kernel(durability=MemoryDurability(), model=model, deps=hotels()).compile(long)
+    assert desk.manifest == short.manifest
+    assert desk.fingerprint == short.fingerprint
+    held = await desk.run(thread_id="t1", turn_id="turn-1", text="Book quote Q-7")
+    done = await desk.run(thread_id="t1", turn_id="turn-2", text="yes")
+    assert [held.response.text, done.response.text] == [
+        "Please confirm: Book the quoted stay (quote_id: Q-7).",
+        "Booked BK-Q-7.",
+    ]
 
 
 def test_the_durability_quickstart_runs_and_replays(

@@ -33,7 +33,7 @@ from ._results import (
 )
 from ._states import Confirmation, ConfirmationMode, Effect, EffectKind
 
-__all__ = ["DEFAULT_VERSION", "OUTPUT_FIELD", "capability"]
+__all__ = ["DEFAULT_VERSION", "OUTPUT_FIELD", "Function", "capability", "capability_from"]
 
 DEFAULT_VERSION = "1.0.0"
 """The version of a capability that names none; still part of the fingerprint."""
@@ -118,7 +118,7 @@ def _output(hint: object) -> object | None:
 class _Derived:
     """What the function's signature says: the input model, its field order, the output."""
 
-    def __init__(self, fn: object, localns: Mapping[str, Any]) -> None:
+    def __init__(self, fn: object, localns: Mapping[str, Any], input_name: str | None) -> None:
         self.problems: list[tuple[str, str]] = []
         name = getattr(fn, "__name__", "capability")
         self.positional: list[str] = []
@@ -164,7 +164,12 @@ class _Derived:
                 fields[param.name] = (hints[param.name], field)
                 kind = param.POSITIONAL_ONLY
                 (self.positional if param.kind is kind else self.named).append(param.name)
-        self.input: type[BaseModel] = self._model(f"{_camel(name)}Input", fields)
+        if input_name is not None and not (
+            isinstance(input_name, str) and input_name.isidentifier()
+        ):
+            self._refuse("invalid_input_name", "input_name must be a Python identifier")
+            input_name = None
+        self.input: type[BaseModel] = self._model(input_name or f"{_camel(name)}Input", fields)
         self.output: type[BaseModel] = self._model(f"{_camel(name)}Output", {})
         if "return" not in hints:
             self._refuse("missing_annotation", f"{name} needs a return annotation (the output)")
@@ -217,7 +222,7 @@ def _executor(fn: Function, derived: _Derived) -> Callable[..., Awaitable[Capabi
 
 
 def _build(fn: Function, localns: Mapping[str, Any], options: dict[str, Any]) -> Capability:
-    derived = _Derived(fn, localns)
+    derived = _Derived(fn, localns, options.pop("input_name"))
     doc = (inspect.getdoc(fn) or "") if callable(fn) else ""
     name = getattr(fn, "__name__", "")
     cap = define_capability(
@@ -248,6 +253,7 @@ def capability(
     consent_fields: Sequence[str] = (),
     consent_summary: str | None = None,
     editable: bool | Sequence[str] = False,
+    input_name: str | None = None,
 ) -> Capability: ...
 
 
@@ -268,6 +274,7 @@ def capability(
     consent_fields: Sequence[str] = (),
     consent_summary: str | None = None,
     editable: bool | Sequence[str] = False,
+    input_name: str | None = None,
 ) -> Callable[[Function], Capability]: ...
 
 
@@ -287,6 +294,7 @@ def capability(
     consent_fields: Sequence[str] = (),
     consent_summary: str | None = None,
     editable: bool | Sequence[str] = False,
+    input_name: str | None = None,
 ) -> Capability | Callable[[Function], Capability]:
     """A ``Capability`` from ``async def f(context: CapabilityContext[Deps], a: int, ...)``.
 
@@ -296,8 +304,12 @@ def capability(
     pydantic model, or a plain type wrapped in a model with the one field ``result``). The id is
     the function's name unless given, the description the docstring's first paragraph, the
     version ``1.0.0``. Returning a plain value completes the step with it; returning a
-    ``CapabilityResult`` passes it through; raising fails the step. Every other option is
-    ``define_capability``'s, and the manifest is the same as the long form's.
+    ``CapabilityResult`` passes it through; raising fails the step. ``input_name`` names the
+    input model (its JSON Schema title, part of the fingerprint; default ``<Function>Input``):
+    give a long-form capability's input model name to move it to this form with the same
+    fingerprint. Every other option is ``define_capability``'s, and the manifest is the same as
+    the long form's. ``agent.capability(...)`` does the same and registers the capability on
+    the agent.
     """
     options: dict[str, Any] = {
         "id": id,
@@ -312,13 +324,33 @@ def capability(
         "consent_fields": consent_fields,
         "consent_summary": consent_summary,
         "editable": editable,
+        "input_name": input_name,
     }
     # The defining scope, so annotations naming its local classes resolve (as pydantic does).
-    localns = sys._getframe(1).f_locals
+    return capability_from(fn, options, sys._getframe(1).f_locals)
+
+
+def capability_from(
+    fn: Function | None,
+    options: Mapping[str, Any],
+    localns: Mapping[str, Any],
+    register: Callable[[Capability], None] | None = None,
+) -> Capability | Callable[[Function], Capability]:
+    """``capability``'s work for each way of calling it: the capability from ``fn`` (with
+    ``capability``'s ``options``, annotations resolved in ``localns``, the caller's scope), or
+    the decorator that builds it in the scope it is applied in; ``register`` receives it first
+    (``agent.capability``)."""
+
+    def make(function: Function, scope: Mapping[str, Any]) -> Capability:
+        cap = _build(function, scope, dict(options))
+        if register is not None:
+            register(cap)
+        return cap
+
     if fn is None:
 
         def decorate(function: Function) -> Capability:
-            return _build(function, {**localns, **sys._getframe(1).f_locals}, dict(options))
+            return make(function, {**localns, **sys._getframe(1).f_locals})
 
         return decorate
-    return _build(fn, localns, options)
+    return make(fn, localns)

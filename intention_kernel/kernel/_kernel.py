@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
@@ -137,6 +138,9 @@ class Kernel:
     ) -> CompiledAgent:
         """Validate ``agent`` (``AgentCompilationError`` lists every problem) and bind it.
 
+        The compiled agent keeps the definition as it is now: a capability registered on it
+        afterwards (``agent.capability``) is not part of it until it is compiled again.
+
         Model strings in ``models`` are resolved here (``ConfigurationError`` when one cannot
         be). ``compatible_with`` names fingerprints of earlier definitions whose checkpoints this
         agent may continue as they are; ``migrations`` maps such a fingerprint to a function
@@ -152,6 +156,7 @@ class Kernel:
             routes = routes_for(models, self.model, agent_model or self.model_name, self._resolve)
         manifest, fingerprint = compile_manifest(agent, routes=routes)
         assert routes is not None  # a valid agent has them, all set
+        agent = replace(agent)  # a snapshot: ``agent.capability`` later does not reach it
         catalog = Catalog(agent.capabilities)
         composition_schema = Composition.model_json_schema()
         catalog.remember(composition_schema)

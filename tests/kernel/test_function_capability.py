@@ -330,3 +330,24 @@ def test_a_local_class_in_an_annotation_resolves() -> None:
 
     assert use_local.problems == ()
     assert use_local.input_schema.model_json_schema()["properties"]["item"]["$ref"]
+
+
+def test_input_name_names_the_input_model_as_a_long_form_would() -> None:
+    class Query(BaseModel):
+        order_id: str = Field(description="The order to charge.")
+        amount: int = Field(5, description="What to charge, in whole euros.")
+
+    async def charge_named(context: CapabilityContext, order_id: str, amount: int = 5) -> Receipt:
+        """Charge the customer for an order.
+
+        Args:
+            order_id: The order to charge.
+            amount: What to charge, in whole euros.
+        """
+        return Receipt(charge_id="-", amount=amount)
+
+    named = capability(charge_named, id="payments.charge", input_name="Query")
+    assert named.input_schema.model_json_schema() == Query.model_json_schema()
+    assert _problems(capability(charge_named, input_name="not-a-name")) == [
+        ("invalid_input_name", "capability 'charge_named'")
+    ]

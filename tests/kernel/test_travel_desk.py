@@ -4,9 +4,20 @@ from __future__ import annotations
 
 from intention_kernel.contracts import DurabilityStore, EffectAuthority, ReceiptStatus
 from intention_kernel.examples.travel_desk import FakeHotelProvider, build_agent, scripted_model
-from intention_kernel.kernel import CompiledAgent, Kernel, TurnResult, provider_idempotency_key
+from intention_kernel.kernel import (
+    CompiledAgent,
+    Guidance,
+    Kernel,
+    TurnResult,
+    provider_idempotency_key,
+)
+from intention_kernel.testing import MemoryDurability
 
 HOST = {"actor": "ann@example.com", "tenant": "acme"}
+DESK_FINGERPRINT = "ik1-46c638e1bf0da58e6a093b382aed6ed747e548a9b9519ee0215200cdd60ba2c9"
+"""The desk's fingerprint when its capabilities were written in the long form
+(``define_capability`` with ``SearchQuery``, ``QuoteRequest``, ``BookingRequest`` and
+``DeskQuestion`` input models): stored conversations carry it, so it must not move."""
 
 
 def _desk(durability: DurabilityStore) -> tuple[CompiledAgent, FakeHotelProvider]:
@@ -17,6 +28,30 @@ def _desk(durability: DurabilityStore) -> tuple[CompiledAgent, FakeHotelProvider
 
 async def _say(agent: CompiledAgent, turn: str, text: str, thread: str = "t1") -> TurnResult:
     return await agent.run(thread_id=thread, turn_id=turn, text=text, host_context=HOST)
+
+
+def test_the_short_form_keeps_the_long_forms_contract() -> None:
+    agent = build_agent()
+    compiled = Kernel(durability=MemoryDurability(), model=scripted_model()).compile(agent)
+    assert compiled.fingerprint == DESK_FINGERPRINT
+    titles = {c.id: c.input_schema.model_json_schema()["title"] for c in agent.capabilities}
+    assert titles == {
+        "hotels.search": "SearchQuery",
+        "hotels.quote": "QuoteRequest",
+        "hotels.book": "BookingRequest",
+        "desk.faq": "DeskQuestion",
+    }
+    # What the interpreting model is told is not in the fingerprint: it is unchanged too.
+    assert [(c.id, c.description) for c in agent.capabilities] == [
+        ("hotels.search", "Search hotels in a city for a number of nights."),
+        ("hotels.quote", "Quote the total price of one hotel from the search."),
+        ("hotels.book", "Book the quoted stay."),
+        ("desk.faq", "Answer a question about breakfast, check-in or cancellation."),
+    ]
+    [search, quote, *_] = agent.capabilities
+    assert search.guidance == Guidance(when_to_use="the user looks for a place to stay")
+    hotel = quote.input_schema.model_json_schema()["properties"]["hotel"]
+    assert hotel["description"] == "hotel name or id from the search"
 
 
 async def test_search_quote_confirm_book(durability: DurabilityStore) -> None:

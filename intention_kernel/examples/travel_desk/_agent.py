@@ -3,11 +3,16 @@
 ``hotels.quote`` requires the ``offers@1`` fact that ``hotels.search`` provides, and
 ``hotels.book`` requires the ``quote@1`` fact: the user's consent to a booking is bound to the
 exact quote revision it was given for.
+
+The capabilities are written in the short form (``@capability``). Each keeps the name of the
+input model it had in the long form (``input_name``), so the agent's fingerprint is the one
+stored conversations were recorded under (``tests/kernel/test_travel_desk.py`` pins it). The
+hotel provider stays a port (``Kernel(ports={"hotels": ...})``): hosts bind the desk that way.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, Field
 
@@ -20,8 +25,8 @@ from ...kernel import (
     Guidance,
     NeedsDependency,
     ProducedFact,
+    capability,
     define_agent,
-    define_capability,
     provider_idempotency_key,
 )
 from ._provider import FakeHotelProvider
@@ -48,19 +53,10 @@ DESK_ANSWERS = {
 }
 
 
-class SearchQuery(BaseModel):
-    city: str = Field(min_length=1)
-    nights: int = Field(ge=1, le=30)
-
-
 class Offers(BaseModel):
     city: str
     nights: int
     hotels: list[dict[str, Any]]
-
-
-class QuoteRequest(BaseModel):
-    hotel: str = Field(min_length=1, description="hotel name or id from the search")
 
 
 class Quote(BaseModel):
@@ -71,20 +67,12 @@ class Quote(BaseModel):
     total_eur: int
 
 
-class BookingRequest(BaseModel):
-    quote_id: str = Field(min_length=1)
-
-
 class Booking(BaseModel):
     booking_id: str
     hotel: str
     city: str
     nights: int
     total_eur: int
-
-
-class DeskQuestion(BaseModel):
-    topic: str
 
 
 class DeskAnswer(BaseModel):
@@ -95,31 +83,50 @@ def _nights(n: int) -> str:
     return f"{n} night" if n == 1 else f"{n} nights"
 
 
-async def search(context: CapabilityContext, query: SearchQuery) -> Completed | Failed:
-    hotels = HOTELS.get(query.city.strip().lower())
+@capability(
+    id="hotels.search",
+    input_name="SearchQuery",
+    provides=["offers@1"],
+    guidance=Guidance(when_to_use="the user looks for a place to stay"),
+)
+async def search(
+    context: CapabilityContext,
+    city: Annotated[str, Field(min_length=1)],
+    nights: Annotated[int, Field(ge=1, le=30)],
+) -> Offers | Completed | Failed:
+    """Search hotels in a city for a number of nights."""
+    hotels = HOTELS.get(city.strip().lower())
     if not hotels:
-        return Failed(f"I have no hotels in {query.city} yet.")
-    offers = Offers(city=query.city.title(), nights=query.nights, hotels=hotels)
+        return Failed(f"I have no hotels in {city} yet.")
+    offers = Offers(city=city.title(), nights=nights, hotels=hotels)
     names = ", ".join(f"{h['hotel']} ({h['eur_per_night']} EUR/night)" for h in hotels)
     return Completed(
         output=offers,
         facts=(ProducedFact("offers@1", offers.model_dump(mode="json")),),
-        text=f"In {offers.city} for {_nights(query.nights)}: {names}.",
+        text=f"In {offers.city} for {_nights(nights)}: {names}.",
         source="hotel-catalogue",
     )
 
 
+@capability(
+    id="hotels.quote", input_name="QuoteRequest", requires=["offers@1"], provides=["quote@1"]
+)
 async def quote(
-    context: CapabilityContext, request: QuoteRequest
-) -> Completed | NeedsDependency | Failed:
+    context: CapabilityContext, hotel: Annotated[str, Field(min_length=1)]
+) -> Quote | Completed | NeedsDependency | Failed:
+    """Quote the total price of one hotel from the search.
+
+    Args:
+        hotel: hotel name or id from the search
+    """
     fact = context.fact("offers@1")
     if fact is None or not isinstance(fact.value, dict):
         return NeedsDependency("offers@1", reason="search for hotels first")
     offers = Offers.model_validate(fact.value)
-    wanted = request.hotel.strip().lower()
+    wanted = hotel.strip().lower()
     match = next((h for h in offers.hotels if wanted in (h["id"], str(h["hotel"]).lower())), None)
     if match is None:
-        return Failed(f"{request.hotel} was not in the search results.")
+        return Failed(f"{hotel} was not in the search results.")
     total = int(match["eur_per_night"]) * offers.nights
     result = Quote(
         quote_id=f"Q-{match['id']}-{offers.nights}n",
@@ -151,12 +158,23 @@ def receipt_hotel_key(receipt: EffectReceipt) -> str | None:
     return hotel_key(authority, tenant=DEFAULT_TENANT, thread=receipt.thread_id)
 
 
-async def book(context: CapabilityContext, request: BookingRequest) -> Completed | Failed:
+@capability(
+    id="hotels.book",
+    input_name="BookingRequest",
+    requires=["quote@1"],
+    provides=["booking@1"],
+    effect="write",
+    confirmation="required",
+)
+async def book(
+    context: CapabilityContext, quote_id: Annotated[str, Field(min_length=1)]
+) -> Booking | Completed | Failed:
+    """Book the quoted stay."""
     fact = context.fact("quote@1")
     if fact is None or not isinstance(fact.value, dict):
         return Failed("There is no quote to book; ask me for a quote first.")
     current = Quote.model_validate(fact.value)
-    if current.quote_id != request.quote_id:
+    if current.quote_id != quote_id:
         return Failed("That quote is no longer the current one; ask me for a new quote.")
     provider: FakeHotelProvider = context.ports["hotels"]
     tenant = str(context.host_context.get("tenant", DEFAULT_TENANT))
@@ -179,8 +197,10 @@ async def book(context: CapabilityContext, request: BookingRequest) -> Completed
     )
 
 
-async def desk(context: CapabilityContext, question: DeskQuestion) -> Completed:
-    answer = DESK_ANSWERS.get(question.topic, "I will ask a colleague and come back to you.")
+@capability(id="desk.faq", input_name="DeskQuestion")
+async def desk(context: CapabilityContext, topic: str) -> DeskAnswer | Completed:
+    """Answer a question about breakfast, check-in or cancellation."""
+    answer = DESK_ANSWERS.get(topic, "I will ask a colleague and come back to you.")
     return Completed(output=DeskAnswer(answer=answer), text=answer, source="desk-handbook")
 
 
@@ -191,46 +211,5 @@ def build_agent() -> AgentDefinition:
         version="1.0.0",
         description="Finds, quotes and books hotel stays.",
         instructions="Help travellers find and book hotels. Never book without a quote.",
-        capabilities=[
-            define_capability(
-                id="hotels.search",
-                version="1.0.0",
-                description="Search hotels in a city for a number of nights.",
-                input=SearchQuery,
-                output=Offers,
-                provides=["offers@1"],
-                guidance=Guidance(when_to_use="the user looks for a place to stay"),
-                execute=search,
-            ),
-            define_capability(
-                id="hotels.quote",
-                version="1.0.0",
-                description="Quote the total price of one hotel from the search.",
-                input=QuoteRequest,
-                output=Quote,
-                requires=["offers@1"],
-                provides=["quote@1"],
-                execute=quote,
-            ),
-            define_capability(
-                id="hotels.book",
-                version="1.0.0",
-                description="Book the quoted stay.",
-                input=BookingRequest,
-                output=Booking,
-                requires=["quote@1"],
-                provides=["booking@1"],
-                effect="write",
-                confirmation="required",
-                execute=book,
-            ),
-            define_capability(
-                id="desk.faq",
-                version="1.0.0",
-                description="Answer a question about breakfast, check-in or cancellation.",
-                input=DeskQuestion,
-                output=DeskAnswer,
-                execute=desk,
-            ),
-        ],
+        capabilities=[search, quote, book, desk],
     )
