@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import platform
 import sqlite3
@@ -184,7 +185,7 @@ async def measure(store: Any, count: int, reps: int) -> dict[str, Any]:
     out = {}
     for name, kwargs in QUERIES.items():
         args = {k: (deep if v == "DEEP" else v) for k, v in kwargs.items()}
-        out[name] = await _time(lambda args=args: store.list_threads(limit=100, **args), reps)
+        out[name] = await _time(functools.partial(store.list_threads, limit=100, **args), reps)
         print(f"  {name:26} {out[name]}", flush=True)
     return out
 
