@@ -14,6 +14,7 @@ import typer
 from typer.core import TyperGroup
 
 from ..__version__ import __version__
+from . import _budgets as budgets
 from . import _compat as compat
 from . import _diagnose as diagnose
 from . import _extras as extras
@@ -111,6 +112,7 @@ for module in (
     receipts,
     compat,
     maintenance,
+    budgets,
     outbox,
     inbox,
     worker,

@@ -104,6 +104,10 @@ class ErrorCode(StrEnum):
     MCP_RESULT_INVALID = "MCP_RESULT_INVALID"
     MCP_CALL_REFUSED = "MCP_CALL_REFUSED"
 
+    BUDGET_EXCEEDED = "BUDGET_EXCEEDED"
+    BUDGET_KEY_FAILED = "BUDGET_KEY_FAILED"
+    PROVIDER_BUSY = "PROVIDER_BUSY"
+
 
 class KernelError(Exception):
     """Root of every error raised by intention-kernel.

@@ -26,7 +26,8 @@ Hierarchy::
     ├── CheckpointIncompatibleError  stored checkpoint not loadable by this agent
     ├── AgentCompilationError        an agent definition is invalid (lists every problem)
     ├── ModelGatewayError            the model provider failed or answered nonsense
-    └── TurnTimeoutError             a turn ran past its deadline; it may have committed
+    ├── TurnTimeoutError             a turn ran past its deadline; it may have committed
+    └── FlowControlError             a budget is used up, or no provider slot came in time
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ __all__ = [
     "EffectNotAppliedError",
     "EffectUncertainError",
     "ErrorCode",
+    "FlowControlError",
     "InvalidIdError",
     "InvalidInputError",
     "KernelError",
@@ -212,5 +214,19 @@ class TurnTimeoutError(KernelError):
     default_message = (
         "the turn did not finish before its deadline; it may have committed: "
         "deliver the same turn id again to learn the outcome"
+    )
+    default_retryable = True
+
+
+class FlowControlError(KernelError):
+    """A model call was not made: a budget is used up (``BUDGET_EXCEEDED``; ``context`` names
+    the budget, its key and when its window ends) or no slot of the provider came before the
+    turn's deadline (``PROVIDER_BUSY``). Nothing of the turn was written; steps that already
+    ran keep their receipts, so asking again later replays them."""
+
+    default_code = ErrorCode.BUDGET_EXCEEDED
+    default_message = (
+        "the model budget is used up: nothing more was done this turn; ask again once the"
+        " budget's window has passed or an operator has raised its limit"
     )
     default_retryable = True

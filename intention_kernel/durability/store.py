@@ -42,6 +42,8 @@ from ..contracts.turns import DurableTurnResult
 from . import _arguments as check
 from . import _turns
 from ._documents import ENVELOPE_DEPTH, MAX_DOCUMENT_DEPTH
+from ._flow import Counters
+from ._flow_role import FlowStorage
 from ._inbox import Inbox
 from ._inbox_role import InboxStorage
 from ._ledger import reconcile_takes_lease
@@ -138,6 +140,7 @@ class DurableStore(Generic[LeaseT]):
         lock_timeout: float = 30.0,
         json_limits: JsonLimits = DEFAULT_LIMITS,
         clock: Callable[[], datetime] = utc_now,
+        flow: FlowStorage | None = None,
     ) -> None:
         self.lock_timeout, self.json_limits = check_settings(lock_timeout, json_limits)
         self.roles = StoreRoles(turns, history, outbox, inspection, inbox)
@@ -148,6 +151,9 @@ class DurableStore(Generic[LeaseT]):
             else Inbox(
                 inbox, json_limits=self.json_limits, check_open=self._check_open, clock=clock
             )
+        )
+        self._counters = (
+            None if flow is None else Counters(flow, check_open=self._check_open, clock=clock)
         )
         self.record_retry_seconds = 10.0
         """How long a receipt's final write is retried after transient store errors (busy,
@@ -192,6 +198,13 @@ class DurableStore(Generic[LeaseT]):
         if self._inbox is None:
             raise _lacks("inbox")
         return self._inbox
+
+    @property
+    def counters(self) -> Counters:
+        """Budget counters and provider slots (``NOT_SUPPORTED`` for a store without them)."""
+        if self._counters is None:
+            raise _lacks("flow")
+        return self._counters
 
     # ---------------------------------------------------------------- reads
 

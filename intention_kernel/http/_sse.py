@@ -12,6 +12,7 @@ from typing import Any
 
 from ..kernel import (
     ConfirmationHeld,
+    ProviderWait,
     RoundStarted,
     StepFinished,
     StepProgress,
@@ -91,6 +92,12 @@ def encode_item(
             )
         case TextDelta(text, restarted):
             return encode_event("text.delta", {"text": text, "restarted": restarted}, event_id)
+        case ProviderWait(provider, reason, seconds):
+            return encode_event(
+                "provider.wait",
+                {"provider": provider, "reason": reason, "seconds": seconds},
+                event_id,
+            )
         case TurnCompleted(result):
             said = result.replayed if replayed is None else replayed
             return encode_event("turn.completed", turn_body(result, said), event_id)

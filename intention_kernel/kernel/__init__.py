@@ -5,6 +5,7 @@ through the ``ModelGateway`` protocol (model strings are resolved by ``intention
 """
 
 from ._agent import AgentDefinition, define_agent
+from ._budgets import Budget, BudgetContext, Limit, Price
 from ._capability import Capability, Guidance, define_capability
 from ._compat import Compatibility, Migration, admit_checkpoint
 from ._compile import compile_manifest
@@ -42,6 +43,7 @@ from ._worker import Worker, WorkerSettings
 from .approval import Approval, ConfirmationAnswer, operation_digest
 from .streaming import (
     ConfirmationHeld,
+    ProviderWait,
     RoundStarted,
     StepFinished,
     StepProgress,
@@ -54,6 +56,8 @@ from .streaming import (
 __all__ = [
     "AgentDefinition",
     "Approval",
+    "Budget",
+    "BudgetContext",
     "Capability",
     "CapabilityContext",
     "Compatibility",
@@ -73,6 +77,7 @@ __all__ = [
     "HoldReason",
     "Kernel",
     "KernelLimits",
+    "Limit",
     "Migration",
     "ModelVisibility",
     "NeedsConfirmation",
@@ -82,7 +87,9 @@ __all__ = [
     "Policy",
     "PolicyDecision",
     "PolicyRequest",
+    "Price",
     "ProducedFact",
+    "ProviderWait",
     "Redactor",
     "Response",
     "RoundStarted",

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, overload
 
 from ..contracts.errors import AgentCompilationError
+from ._budgets import Budget
 from ._capability import Capability, Guidance
 from ._function_capability import DEFAULT_VERSION, Function, capability_from
 from ._policies import Policy
@@ -44,6 +45,9 @@ class AgentDefinition:
     facts: tuple[FactType, ...] = ()
     deps_type: type[Any] | None = None
     """The class of the host's dependencies (``Kernel(deps=...)``, ``run(deps=...)``)."""
+    budgets: tuple[Budget, ...] = ()
+    """Spend limits of this agent's model calls, on top of the kernel's (``docs/budgets.md``);
+    not part of the fingerprint: an operator may change them without a new agent version."""
 
     @overload
     def capability(
@@ -168,6 +172,7 @@ def define_agent(
     models: Mapping[str, ModelChoice] | None = None,
     facts: Sequence[FactType] = (),
     deps_type: type[Any] | None = None,
+    budgets: Sequence[Budget] = (),
 ) -> AgentDefinition:
     """Record an agent; ``kernel.compile(agent)`` validates it.
 
@@ -178,7 +183,8 @@ def define_agent(
     the class of the dependencies a turn runs with (``context.deps``, typed by
     ``CapabilityContext[Deps]``): a run whose deps are not an instance is refused
     (``INVALID_DEPS``). Not part of the fingerprint: deps are never stored. ``capabilities``
-    may be left out and registered with ``@agent.capability`` instead.
+    may be left out and registered with ``@agent.capability`` instead. ``budgets`` bound this
+    agent's model spend (``Budget``), on top of the kernel's.
     """
     chosen = sorted((models or {}).items(), key=lambda item: str(item[0]))
     return AgentDefinition(
@@ -192,4 +198,5 @@ def define_agent(
         models=tuple(chosen),
         facts=tuple(facts),
         deps_type=deps_type,
+        budgets=tuple(budgets),
     )

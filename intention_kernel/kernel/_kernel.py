@@ -18,12 +18,14 @@ from ..contracts.gateway import ModelGateway
 from ..contracts.ids import new_id
 from ..contracts.receipts import EffectReceipt
 from ..contracts.sinks import EventSink
-from ..telemetry import Telemetry
+from ..telemetry import FlowMetrics, Telemetry
 from ._agent import AgentDefinition
+from ._budgets import Budget, Limit, Price, check_limits, check_prices
 from ._compat import Compatibility, Migration
 from ._compile import compile_manifest
 from ._events import Redactor
 from ._failures import ErrorClassifier
+from ._flow import build_gate, flow_counters
 from ._limits import KernelLimits
 from ._pipeline import AgentRuntime
 from ._pipeline.state import Composition
@@ -38,6 +40,13 @@ Clock = Callable[[], datetime]
 """The kernel's clock: returns the current time, timezone-aware."""
 IdFactory = Callable[[str], str]
 """The kernel's id generator: a prefix (``trace``, ``ev``, ``exec``) to a new unique id."""
+
+
+def known_providers() -> frozenset[str]:
+    """The providers model strings name (``openai``, ``anthropic``...)."""
+    from ..models._resolve import PROVIDERS
+
+    return frozenset(PROVIDERS)
 
 
 def _now() -> datetime:
@@ -61,6 +70,10 @@ class Kernel:
     the kernel's default (``OSError`` and ``TimeoutError`` retryable; see ``docs/kernel.md``).
     ``deps`` is what capabilities see as ``context.deps`` (a run may pass its own); an agent
     with a ``deps_type`` refuses a turn whose deps are not an instance (``INVALID_DEPS``).
+    ``budgets`` (``Budget``) bound the model spend of every agent, ``provider_limits`` map a
+    provider to its ``Limit`` (calls in flight and per minute, shared cool-downs) and
+    ``prices`` a model to its ``Price``, all held in the store for every process on it (see
+    ``docs/budgets.md``).
     """
 
     def __init__(
@@ -78,6 +91,9 @@ class Kernel:
         meter_provider: object | None = None,
         classify_error: ErrorClassifier | None = None,
         deps: object = None,
+        budgets: Sequence[Budget] = (),
+        provider_limits: Mapping[str, Limit] | None = None,
+        prices: Mapping[str, Price] | None = None,
     ) -> None:
         problems = []
         if not callable(getattr(durability, "with_turn", None)):
@@ -101,6 +117,10 @@ class Kernel:
             problems.append("classify_error must be callable")
         if problems:
             raise ConfigurationError("invalid kernel configuration", context={"problems": problems})
+        self.budgets = tuple(budgets)
+        self.provider_limits = check_limits(provider_limits or {})
+        self.prices = check_prices(prices or {})
+        self.flow_metrics = FlowMetrics(meter_provider)
         self._resolved: dict[str, ModelGateway] = {}
         self.durability = durability
         self.model: ModelGateway | None = self._resolve(model) if isinstance(model, str) else model
@@ -174,6 +194,16 @@ class Kernel:
             ids=self.ids,
             classify_error=self.classify_error,
             deps=self.deps,
+            flow=build_gate(
+                flow_counters(self.durability),
+                agent_id=agent.id,
+                budgets=(*self.budgets, *agent.budgets),
+                limits=self.provider_limits,
+                prices=self.prices,
+                routes={k: v for k, v in routes.items() if v is not None},
+                known_providers=known_providers(),
+                metrics=self.flow_metrics,
+            ),
         )
         compat = Compatibility(
             fingerprint=fingerprint,

@@ -19,6 +19,7 @@ from ..contracts.inbox import TurnInbox
 from ._states import StepStatus
 from .streaming import (
     ConfirmationHeld,
+    ProviderWait,
     RoundStarted,
     StepFinished,
     StepProgress,
@@ -75,6 +76,13 @@ def encode_item(item: StreamItem) -> dict[str, JsonValue]:
         }
     if isinstance(item, TextDelta):
         return {"type": "text", "text": item.text, "restarted": item.restarted}
+    if isinstance(item, ProviderWait):
+        return {
+            "type": "provider_wait",
+            "provider": item.provider,
+            "reason": item.reason,
+            "seconds": item.seconds,
+        }
     raise TypeError(f"not a progress item: {type(item).__name__}")  # TurnCompleted is not logged
 
 
@@ -110,6 +118,9 @@ def decode_item(item: dict[str, JsonValue]) -> StreamItem | None:
             )
         if kind == "text":
             return TextDelta(str(item["text"]), bool(item["restarted"]))
+        if kind == "provider_wait":
+            seconds = float(item["seconds"])  # type: ignore[arg-type]
+            return ProviderWait(str(item["provider"]), str(item["reason"]), seconds)
     except (KeyError, ValueError, TypeError):
         return None
     return None

@@ -27,6 +27,7 @@ from ._states import StepStatus
 
 __all__ = [
     "ConfirmationHeld",
+    "ProviderWait",
     "RoundStarted",
     "StepFinished",
     "StepProgress",
@@ -113,6 +114,18 @@ class TurnCompleted:
     result: TurnResult
 
 
+@dataclass(frozen=True, slots=True)
+class ProviderWait:
+    """The turn waits before its next model call: every slot of ``provider`` is taken
+    (``busy``), this minute's calls have all started (``rate``) or the provider asked every
+    process to back off (``cooling``); ``seconds`` is the wait expected now (``busy``: until a
+    slot frees). Shown once per call, before the wait."""
+
+    provider: str
+    reason: str
+    seconds: float
+
+
 StreamItem = (
     StepStarted
     | StepFinished
@@ -121,6 +134,7 @@ StreamItem = (
     | ConfirmationHeld
     | TextDelta
     | TurnCompleted
+    | ProviderWait
 )
 """Everything ``CompiledAgent.stream`` yields; ``TurnCompleted`` always comes last."""
 

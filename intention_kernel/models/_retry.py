@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ..contracts.errors import ConfigurationError, ModelGatewayError
+from ..contracts.flow import report_backoff
 
 __all__ = ["Failure", "RetryPolicy", "stream_with_retries", "with_retries"]
 
@@ -115,7 +116,8 @@ async def with_retries(
                 failure = _timed_out(context)
             if failure is None:
                 raise
-            await policy.sleep(_wait(failure, exc, attempt, policy, deadline, context))
+            shared = await _shared(failure, context)
+            await policy.sleep(max(_wait(failure, exc, attempt, policy, deadline, context), shared))
 
 
 async def stream_with_retries(
@@ -154,7 +156,8 @@ async def stream_with_retries(
                         failure = _timed_out(context)
                     if failure is None:
                         raise
-                    delay = _wait(failure, exc, number, policy, deadline, context)
+                    shared = await _shared(failure, context)
+                    delay = max(_wait(failure, exc, number, policy, deadline, context), shared)
                     break
                 yield item
                 shown = True
@@ -164,6 +167,17 @@ async def stream_with_retries(
             shown = False
             yield restart()
         await policy.sleep(delay)
+
+
+async def _shared(failure: Failure, context: dict[str, Any]) -> float:
+    """A rate limit or overload with a ``retry-after`` cools the provider down for every
+    process on the kernel's store (``contracts.flow``); the wait that cool-down asks for (0
+    outside a kernel's call, or for another failure). Reported before a final failure too, so
+    the other processes hold back even when this call gives up."""
+    if failure.kind not in ("rate_limit", "overloaded") or failure.retry_after is None:
+        return 0.0
+    shared = await report_backoff(context.get("provider"), failure.retry_after, failure.kind)
+    return 0.0 if shared is None else shared
 
 
 def _timed_out(context: dict[str, Any]) -> Failure:

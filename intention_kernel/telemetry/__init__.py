@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from ._common import NULL as NULL  # the shared no-op handle
 from ._common import db_system, key_hash
+from ._flow import FlowMetrics
 from ._inbox import InboxBacklog
 from ._otel import AVAILABLE
 from ._otel import SCOPE as SCOPE
@@ -46,6 +47,7 @@ from ._turns import Telemetry
 
 __all__ = [
     "AVAILABLE",
+    "FlowMetrics",
     "InboxBacklog",
     "RelayTelemetry",
     "Telemetry",

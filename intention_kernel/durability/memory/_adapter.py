@@ -43,6 +43,7 @@ from .._ledger import EffectStart, resolve_uncertain, start_effect
 from .._writes import utc_now
 from ..storage import Lease, OpenedTurn, Reconciliation, StoredTurn, TurnCommit
 from ..store import DurableStore, check_settings
+from ._flow import MemoryFlow
 from ._inbox import MemoryInbox, mark_done
 from ._inspect import MemoryInspection
 from ._outbox import MemoryOutbox
@@ -307,6 +308,7 @@ class MemoryDurability(DurableStore[Lease]):
             outbox=MemoryOutbox(state),
             inspection=MemoryInspection(state),
             inbox=MemoryInbox(state),
+            flow=MemoryFlow(state.flow),
             lock_timeout=lock_timeout,
             json_limits=json_limits,
         )

@@ -15,6 +15,7 @@ from ...contracts.receipts import EffectReceipt
 from .._documents import decode_model, decode_turn, encode_model, unreadable, unreadable_event
 from .._ledger import needs_operator
 from ..storage import StoredTurn
+from ._flow import FlowState
 
 __all__ = ["Delivery", "MemoryStore", "TurnRow"]
 
@@ -74,6 +75,8 @@ class MemoryStore:
     inbox_position: int = 0
     progress: dict[tuple[str, str], list[tuple[int, str, datetime]]] = field(default_factory=dict)
     """Per turn: its progress items as ``(seq, JSON text, written at)``."""
+    flow: FlowState = field(default_factory=FlowState)
+    """Budget counters and provider slots (``memory._flow``)."""
     head_facts: dict[str, tuple[str, str | None]] = field(default_factory=dict)
     """Per head: its agent fingerprint and pending interaction kind, as committed (what the
     SQL stores keep on the head row for the listing filters)."""

@@ -16,6 +16,7 @@ from ..store import DurableStore, check_settings
 from . import _schema
 from ._connection import PgConnection
 from ._errors import translated
+from ._flow import PostgresFlow
 from ._heads import HeadTexts
 from ._inbox import PostgresInbox
 from ._inbox_sql import InboxStatements
@@ -137,6 +138,7 @@ class PostgresDurability(DurableStore[PgLease]):
             outbox=PostgresOutbox(db, outbox_sql),
             inspection=PostgresInspection(db),
             inbox=PostgresInbox(db, inbox_sql, turns.handed),
+            flow=PostgresFlow(db),
             lock_timeout=lock_timeout,
             json_limits=json_limits,
         )

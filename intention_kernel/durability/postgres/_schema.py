@@ -15,6 +15,7 @@ from typing import Any
 
 from ...contracts.errors import ConfigurationError, ErrorCode, StoreSchemaError
 from ._errors import create_schema_hint, translated
+from ._flow_schema import FLOW_MIGRATION
 
 __all__ = ["DEFAULT_SCHEMA", "MIGRATIONS", "check_schema_name", "migrate", "verify"]
 
@@ -312,6 +313,8 @@ MIGRATIONS: tuple[str, ...] = (
         END IF;
     END $$;
     """,
+    # 8: budget counters and provider slots (``_flow_schema``).
+    FLOW_MIGRATION,
 )
 
 

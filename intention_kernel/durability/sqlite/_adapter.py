@@ -20,6 +20,7 @@ from ...contracts.errors import ConfigurationError
 from .._documents import OwnTexts
 from ..store import DurableStore, check_settings
 from ._connection import Connection
+from ._flow import SQLiteFlow
 from ._history import SQLiteHistory
 from ._inbox import SQLiteInbox
 from ._inspect import SQLiteInspection
@@ -79,6 +80,7 @@ class SQLiteDurability(DurableStore[SQLiteLease]):
             outbox=SQLiteOutbox(db),
             inspection=SQLiteInspection(db, files),
             inbox=SQLiteInbox(db),
+            flow=SQLiteFlow(db),
             lock_timeout=lock_timeout,
             json_limits=json_limits,
         )

@@ -154,6 +154,65 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         ) WITHOUT ROWID""",
         "CREATE INDEX ik_progress_by_time ON ik_progress (written_at)",
     ),
+    # 5: budget counters per line and window, their open reservations and operators' limits;
+    # provider slots (leases), the queue of waiters (``ticket`` order) and each provider's
+    # cool-down and starts this minute (``_flow``). Times as UTC ISO text, as for the inbox.
+    (
+        """CREATE TABLE ik_budget_counters (
+            budget TEXT NOT NULL,
+            scope_key TEXT NOT NULL,
+            window_start TEXT NOT NULL,
+            per TEXT NOT NULL,
+            tokens_used INTEGER NOT NULL,
+            tokens_reserved INTEGER NOT NULL,
+            cost_used REAL NOT NULL,
+            cost_reserved REAL NOT NULL,
+            calls INTEGER NOT NULL,
+            tokens_limit INTEGER,
+            cost_limit REAL,
+            PRIMARY KEY (budget, scope_key, window_start)
+        ) WITHOUT ROWID""",
+        "CREATE INDEX ik_budget_counters_by_window ON ik_budget_counters (window_start)",
+        """CREATE TABLE ik_budget_reservations (
+            id TEXT PRIMARY KEY,
+            budget TEXT NOT NULL,
+            scope_key TEXT NOT NULL,
+            window_start TEXT NOT NULL,
+            tokens INTEGER NOT NULL,
+            cost REAL NOT NULL,
+            reserved_at TEXT NOT NULL
+        ) WITHOUT ROWID""",
+        """CREATE TABLE ik_budget_limits (
+            budget TEXT NOT NULL,
+            scope_key TEXT NOT NULL,
+            tokens INTEGER CHECK (tokens > 0),
+            cost REAL CHECK (cost > 0),
+            actor TEXT NOT NULL,
+            note TEXT NOT NULL,
+            set_at TEXT NOT NULL,
+            PRIMARY KEY (budget, scope_key)
+        ) WITHOUT ROWID""",
+        """CREATE TABLE ik_provider_slots (
+            provider TEXT NOT NULL,
+            holder TEXT NOT NULL,
+            expires_at TEXT NOT NULL,
+            PRIMARY KEY (provider, holder)
+        ) WITHOUT ROWID""",
+        """CREATE TABLE ik_provider_waiters (
+            provider TEXT NOT NULL,
+            holder TEXT NOT NULL,
+            ticket INTEGER NOT NULL,
+            expires_at TEXT NOT NULL,
+            PRIMARY KEY (provider, holder)
+        ) WITHOUT ROWID""",
+        """CREATE TABLE ik_provider_state (
+            provider TEXT PRIMARY KEY,
+            cooling_until TEXT,
+            minute TEXT,
+            started INTEGER NOT NULL,
+            tickets INTEGER NOT NULL
+        ) WITHOUT ROWID""",
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from json.encoder import encode_basestring
 from typing import TypeGuard
@@ -96,6 +97,7 @@ async def ask(
     shape, told = catalog.encoded(schema), system.encode(errors="replace")
     digest = hashlib.sha256(b"\0".join((task.encode(), told, sent, shape))).hexdigest()
     provider = provider_of(route.gateway)
+    size = len(told) + len(sent) + len(shape)
     invoked = state.recorder.emit(
         "model.invoked",
         {
@@ -103,40 +105,46 @@ async def ask(
             "provider": provider,
             "model": route.label,
             "prompt_sha256": digest,
-            "prompt_bytes": len(told) + len(sent) + len(shape),
+            "prompt_bytes": size,
             "system_bytes": len(told),
             "input_bytes": len(sent),
             "schema_bytes": len(shape),
         },
         cause=state.start_event,
     )
-    state.meter.calls += 1
-    started = runtime.clock()
-    try:
-        # The "chat {model}" span is current while the gateway runs: an instrumented HTTP
-        # client's span nests under it.
-        with model_span(task, provider, route.model or route.label) as call:
-            response = await _answer(route.gateway, request, on_delta)
-            if not isinstance(response, ModelResponse):
-                raise ModelGatewayError(
-                    "the model gateway returned something other than a ModelResponse",
-                    code=ErrorCode.MODEL_OUTPUT_INVALID,
-                    context={"task": task},
+    gate = runtime.flow
+    async with nullcontext(None) if gate is None else gate.call(state, route, size) as ticket:
+        state.meter.calls += 1
+        started = runtime.clock()
+        try:
+            # The "chat {model}" span is current while the gateway runs: an instrumented HTTP
+            # client's span nests under it.
+            with model_span(task, provider, route.model or route.label) as call:
+                response = await _answer(route.gateway, request, on_delta)
+                if not isinstance(response, ModelResponse):
+                    raise ModelGatewayError(
+                        "the model gateway returned something other than a ModelResponse",
+                        code=ErrorCode.MODEL_OUTPUT_INVALID,
+                        context={"task": task},
+                    )
+                call.answered(
+                    provider=response.provider if isinstance(response.provider, str) else None,
+                    model=response.model if isinstance(response.model, str) else None,
+                    finish_reason=response.finish_reason
+                    if isinstance(response.finish_reason, str)
+                    else None,
+                    input_tokens=_tokens(response.usage, "input_tokens"),
+                    output_tokens=_tokens(response.usage, "output_tokens"),
                 )
-            call.answered(
-                provider=response.provider if isinstance(response.provider, str) else None,
-                model=response.model if isinstance(response.model, str) else None,
-                finish_reason=response.finish_reason
-                if isinstance(response.finish_reason, str)
-                else None,
-                input_tokens=_tokens(response.usage, "input_tokens"),
-                output_tokens=_tokens(response.usage, "output_tokens"),
+        except KernelError:
+            raise
+        except Exception as exc:
+            # A provider's own exception type must not leak out of the kernel untyped.
+            raise ModelGatewayError(context={"task": task, "cause": type(exc).__name__}) from exc
+        if ticket is not None:
+            ticket.used(
+                _tokens(response.usage, "input_tokens"), _tokens(response.usage, "output_tokens")
             )
-    except KernelError:
-        raise
-    except Exception as exc:
-        # A provider's own exception type must not leak out of the kernel untyped.
-        raise ModelGatewayError(context={"task": task, "cause": type(exc).__name__}) from exc
     elapsed = runtime.clock() - started
     refusal = _refusal(response)
     spent_in = _tokens(response.usage, "input_tokens")

@@ -25,6 +25,7 @@ from .._context import TurnInfo
 from .._events import EventRecorder
 from .._facts import FactRef
 from .._failures import ErrorClassifier, StepError
+from .._flow import FlowGate
 from .._limits import KernelLimits
 from .._prompts import Catalog
 from .._response import Response, TurnUsage
@@ -113,6 +114,8 @@ class AgentRuntime:
     """The host's mapping of a capability's exception to a ``StepError`` (``None``: default)."""
     deps: Any = None
     """The kernel's dependencies (``Kernel(deps=...)``): a turn's ``context.deps`` by default."""
+    flow: FlowGate | None = None
+    """Budgets and provider limits around each model call (``None``: none declared)."""
 
 
 @dataclass(slots=True)
