@@ -127,6 +127,7 @@ async def _child(spec: dict[str, Any], recorder: Recorder) -> None:
     seconds = float(line.split()[1])
     counts = [0] * len(threads)
     errors: list[str] = []
+    groups_before = dict(store.commit_groups)  # type: ignore[attr-defined]
     started = time.monotonic()
     usage = resource.getrusage(resource.RUSAGE_SELF)
     recorder.active = True
@@ -146,8 +147,13 @@ async def _child(spec: dict[str, Any], recorder: Recorder) -> None:
     elapsed = time.monotonic() - started
     cpu = cpu_seconds(resource.getrusage(resource.RUSAGE_SELF)) - cpu_seconds(usage)
     recorder.active = False
+    groups = {
+        size: count - groups_before.get(size, 0)
+        for size, count in store.commit_groups.items()  # type: ignore[attr-defined]
+        if count > groups_before.get(size, 0)
+    }
     report = {"turns": sum(counts), "seconds": elapsed, "cpu": cpu, "errors": errors}
-    print(json.dumps({**report, "statements": recorder.count}))
+    print(json.dumps({**report, "statements": recorder.count, "groups": groups}))
     sys.stdout.flush()
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)  # "exit"
     await store.close()
@@ -246,10 +252,15 @@ async def ours_cell(
     turns = sum(int(r["turns"]) for r in reports)
     elapsed = max(float(r["seconds"]) for r in reports)
     errors = [e for r in reports for e in r["errors"]]
+    groups: dict[int, int] = {}
+    for r in reports:
+        for size, count in r.get("groups", {}).items():
+            groups[int(size)] = groups.get(int(size), 0) + int(count)
     out: dict[str, Any] = {
         "turns": turns,
         "turns_per_s": round(turns / elapsed, 1),
         "processes": procs,
+        **({"commit_statements_by_size": dict(sorted(groups.items()))} if groups else {}),
         "errors": len(errors),
         "client_cpu_us_per_turn": cpu_us_per_turn(sum(float(r["cpu"]) for r in reports), turns),
         "client_cpu_from": "getrusage(RUSAGE_SELF) of each benchmark process, timed window",

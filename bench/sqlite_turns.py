@@ -100,7 +100,12 @@ async def ours(db: Path, effects: int, threads: int, seconds: float, turns: int)
             counts[slot] = n
 
     await asyncio.gather(*(client(i, t) for i, t in enumerate(names)))
-    report = {"turns": sum(counts), "seconds": time.monotonic() - started, "cpu": cpu_now() - cpu}
+    report = {
+        "turns": sum(counts),
+        "seconds": time.monotonic() - started,
+        "cpu": cpu_now() - cpu,
+        "groups": dict(store.commit_groups),  # type: ignore[attr-defined]
+    }
     await store.close()
     return report
 
@@ -361,12 +366,20 @@ def cell(directory: Path, side: str, effects: int, threads: int, seconds: float)
     if warning:
         print(warning, flush=True)
     turns = int(report["turns"])
+    groups = {int(size): count for size, count in report.get("groups", {}).items()}
     return {
         "turns": turns,
         "turns_per_s": round(turns / float(report["seconds"]), 1),
+        **({"write_transactions_by_size": groups, "mean_group": _mean(groups)} if groups else {}),
         "client_cpu_us_per_turn": cpu_us_per_turn(float(report["cpu"]), turns),
         "machine": cell_machine(load, machine(), others),
     }
+
+
+def _mean(groups: dict[int, int]) -> float:
+    """Write jobs per write transaction (1.0: no group formed)."""
+    transactions = sum(groups.values())
+    return round(sum(size * n for size, n in groups.items()) / transactions, 2)
 
 
 # ---------------------------------------------------------------- per-turn counts
@@ -454,7 +467,8 @@ def run(args: argparse.Namespace, directory: Path) -> dict[str, Any]:
                     f"{kind:<10} threads={threads} rep {rep + 1}:"
                     f" ours {ours['turns_per_s']}/s, raw {other['turns_per_s']}/s ({speed}x),"
                     f" client CPU per turn {ours['client_cpu_us_per_turn']} vs"
-                    f" {other['client_cpu_us_per_turn']} us ({cpu}x)",
+                    f" {other['client_cpu_us_per_turn']} us ({cpu}x),"
+                    f" writes per transaction {ours.get('mean_group')}",
                     flush=True,
                 )
             cells.append(
@@ -475,6 +489,9 @@ def run(args: argparse.Namespace, directory: Path) -> dict[str, Any]:
                         }
                         for side in ("ours", "raw")
                     },
+                    "writes_per_transaction": statistics.median(
+                        r["ours"].get("mean_group", 1.0) for r in reps
+                    ),
                     "reps": reps,
                 }
             )
@@ -515,7 +532,7 @@ def run(args: argparse.Namespace, directory: Path) -> dict[str, Any]:
 def print_table(report: dict[str, Any]) -> None:
     print(
         f"{'turn':<11}{'threads':>8}{'ours/s':>9}{'raw/s':>9}{'ratio':>7}"
-        f"{'ours us':>9}{'raw us':>8}{'cpu ratio':>10}"
+        f"{'ours us':>9}{'raw us':>8}{'cpu ratio':>10}{'group':>7}"
         "  per turn (ours | raw): commits, fsyncs, statements"
     )
     for c in report["cells"]:
@@ -525,14 +542,15 @@ def print_table(report: dict[str, Any]) -> None:
             f"{c['turn']:<11}{c['threads']:>8}{ours['turns_per_s']:>9}"
             f"{raw_['turns_per_s']:>9}{c['ratio_vs_raw']:>7}"
             f"{ours['client_cpu_us_per_turn']:>9}{raw_['client_cpu_us_per_turn']:>8}"
-            f"{c['cpu_ratio_vs_raw']:>10}"
+            f"{c['cpu_ratio_vs_raw']:>10}{c['writes_per_transaction']:>7}"
             f"  {m['ours'].get('commits_per_turn')} | {m['raw'].get('commits_per_turn')},"
             f" {m['ours'].get('fsyncs_per_turn')} | {m['raw'].get('fsyncs_per_turn')},"
             f" {m['ours'].get('statements_per_turn')} | {m['raw'].get('statements_per_turn')}"
         )
     print(
         "medians over repetitions; ratio = ours / raw (turns/s); us = client CPU per turn (the"
-        " whole process); cpu ratio = ours / raw (above 1, ours costs more); commits and"
+        " whole process); cpu ratio = ours / raw (above 1, ours costs more); group = write"
+        " jobs per write transaction of ours (group commit); commits and"
         f" statements from the sqlite3 trace callback, fsyncs from {report['fsyncs_counted_by']},"
         f" in runs of {report['settings']['count_turns']} turns"
     )
