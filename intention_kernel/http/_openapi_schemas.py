@@ -60,7 +60,7 @@ SCHEMAS: dict[str, Any] = {
         "required": ["text", "kind", "citations", "steps"],
         "properties": {
             "text": {"type": "string"},
-            "kind": {"enum": ["answer", "clarification", "fallback"]},
+            "kind": {"enum": ["answer", "clarification", "fallback", "budget_exceeded"]},
             "citations": {"type": "array", "items": {"type": "string"}},
             "steps": {"type": "array", "items": ref("Step")},
         },

@@ -54,12 +54,13 @@ class StepSummary(BaseModel):
 
 class Response(BaseModel):
     """The user-visible answer. ``kind`` says how it was made: a composed ``answer``, a
-    ``clarification`` from the kernel, or a ``fallback`` built from capability text."""
+    ``clarification`` from the kernel, a ``fallback`` built from capability text, or
+    ``budget_exceeded``: a model budget ran out, the kernel said so (and what had run)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     text: str
-    kind: Literal["answer", "clarification", "fallback"] = "answer"
+    kind: Literal["answer", "clarification", "fallback", "budget_exceeded"] = "answer"
     citations: list[str] = Field(default_factory=list)
     evidence: list[Evidence] = Field(default_factory=list)
     steps: list[StepSummary] = Field(default_factory=list)

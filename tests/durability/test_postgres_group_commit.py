@@ -92,6 +92,20 @@ class Turns:
 
         return run
 
+    async def queue_behind_first(
+        self, dsn: str, schema: str
+    ) -> tuple[list[asyncio.Task[Any]], asyncpg.Connection]:
+        """Start the turns; once each holds its lease, hold t0's lease row so its commit waits
+        in flight, alone, and the others queue behind it. Returns the turns and the connection
+        holding the row (``unlock`` it to let the commits go)."""
+        tasks = self.start()
+        await self.ready.wait()
+        first = await lock_lease(dsn, schema, THREADS[0])
+        await self.first_sent.wait()
+        await waiting_on_lock(dsn)
+        await self.queued(len(THREADS) - 1)
+        return tasks, first
+
     def start(self) -> list[asyncio.Task[Any]]:
         return [
             asyncio.create_task(self.store.with_turn(t, "turn-1", self.operation(t)))
@@ -111,12 +125,7 @@ async def test_commits_that_queue_behind_one_go_as_one_statement(dsn: str, schem
     store = await open_store(dsn, schema, lease_ttl=30.0)
     try:
         turns = Turns(store)
-        tasks = turns.start()
-        await turns.ready.wait()  # every turn holds its lease
-        first = await lock_lease(dsn, schema, THREADS[0])
-        await turns.first_sent.wait()
-        await waiting_on_lock(dsn)  # t0's commit is in flight, alone
-        await turns.queued(len(THREADS) - 1)  # the others queue behind it
+        tasks, first = await turns.queue_behind_first(dsn, schema)
         await unlock(first)
         await asyncio.gather(*tasks)
 
@@ -133,12 +142,7 @@ async def test_a_lost_lease_or_a_conflict_in_a_group_fails_only_its_own_turn(
     store = await open_store(dsn, schema, lease_ttl=30.0)
     try:
         turns = Turns(store)
-        tasks = turns.start()
-        await turns.ready.wait()
-        first = await lock_lease(dsn, schema, THREADS[0])
-        await turns.first_sent.wait()
-        await waiting_on_lock(dsn)
-        await turns.queued(len(THREADS) - 1)
+        tasks, first = await turns.queue_behind_first(dsn, schema)
         # While t1..t7 wait in the queue: another holder takes t1, another turn moves t2.
         await store.pool.execute(
             f'UPDATE "{schema}".leases SET epoch = epoch + 1 WHERE thread_id = $1', "t1"
@@ -170,12 +174,7 @@ async def test_a_group_whose_connection_is_lost_fails_every_turn_and_writes_none
     store = await open_store(dsn, schema, lease_ttl=30.0)
     try:
         turns = Turns(store)
-        tasks = turns.start()
-        await turns.ready.wait()
-        first = await lock_lease(dsn, schema, THREADS[0])
-        await turns.first_sent.wait()
-        await waiting_on_lock(dsn)
-        await turns.queued(len(THREADS) - 1)
+        tasks, first = await turns.queue_behind_first(dsn, schema)
         blocker = await lock_lease(dsn, schema, THREADS[3])
         await unlock(first)  # t0 commits; the group of t1..t7 then waits on t3's row
         assert await tasks[0] == turns.results[THREADS[0]]

@@ -14,7 +14,6 @@ import os
 import sys
 from typing import Any
 
-from intention_kernel.contracts.errors import ErrorCode, FlowControlError
 from intention_kernel.durability.factory import open_durability
 from intention_kernel.kernel import Budget, Kernel, Limit
 from intention_kernel.models import OpenAIGateway, RetryPolicy
@@ -56,19 +55,17 @@ async def main(spec: dict[str, Any]) -> dict[str, Any]:
                 thread = f"{spec['prefix']}-{task}-{number}"
                 try:
                     result = await agent.run(thread_id=thread, turn_id="u1", text="where is 42")
-                except FlowControlError as exc:
-                    if exc.code is not ErrorCode.BUDGET_EXCEEDED:
-                        raise
+                except Exception as exc:
+                    errors.append(repr(exc))
+                    continue
+                calls[0] += result.usage.model_calls
+                if result.response.kind == "budget_exceeded":
                     refused[0] += 1
                     refused_in_a_row[0] += 1
                     await asyncio.sleep(0.05)  # let calls of other processes settle
                     continue
-                except Exception as exc:
-                    errors.append(repr(exc))
-                    continue
                 refused_in_a_row[0] = 0
                 runs[0] += 1
-                calls[0] += result.usage.model_calls
 
         await asyncio.gather(*(loop(t) for t in range(spec.get("tasks", 1))))
         return {"runs": runs[0], "refused": refused[0], "calls": calls[0], "errors": errors}

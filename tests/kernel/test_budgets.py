@@ -16,14 +16,13 @@ from pydantic import JsonValue
 from intention_kernel.contracts import ErrorCode, ModelRequest, ModelResponse
 from intention_kernel.contracts.errors import (
     ConfigurationError,
-    FlowControlError,
     InvalidInputError,
     ModelGatewayError,
 )
 from intention_kernel.contracts.flow import FlowCounters
 from intention_kernel.durability.sqlite import SQLiteDurability
 from intention_kernel.kernel import Budget, Kernel, Limit, Price, ProviderWait, TurnCompleted
-from intention_kernel.testing import MemoryDurability, ScriptedModelGateway
+from intention_kernel.testing import EventCollector, MemoryDurability, ScriptedModelGateway
 
 from .support import Shop, cite_all, support_agent
 
@@ -84,38 +83,50 @@ def agent(store: Any, model: Metered, **kernel: Any) -> Any:
     return wired.compile(support_agent())
 
 
-async def test_a_used_up_budget_makes_no_model_call_and_writes_nothing(store: Any) -> None:
+async def test_a_used_up_budget_answers_in_the_kernel_s_words_with_no_model_call(
+    store: Any,
+) -> None:
     model = Metered(usage=(50, 20))
     # Each call reserves its prompt's bytes + an allowance + max_tokens, several thousand
     # tokens: a 1-token-left budget still admits one call, then refuses.
-    compiled = agent(store, model, budgets=[Budget(tokens=140, name="daily")])
+    events = EventCollector()
+    compiled = agent(store, model, budgets=[Budget(tokens=140, name="daily")], sinks=[events])
     first = await compiled.run(thread_id="t1", turn_id="u1", text="where is 42")
     assert first.usage.model_calls == 2 and model.calls == 2
     calls = model.calls
-    with pytest.raises(FlowControlError) as caught:
-        await compiled.run(thread_id="t1", turn_id="u2", text="where is 42")
-    assert caught.value.code is ErrorCode.BUDGET_EXCEEDED and caught.value.retryable
-    assert caught.value.context["budget"] == "daily" and caught.value.context["key"] == "support"
+    refused = await compiled.run(thread_id="t1", turn_id="u2", text="where is 42")
+    assert refused.response.kind == "budget_exceeded"
+    assert "the model budget for this is used up" in refused.response.text
+    assert refused.response.steps == [] and refused.usage.model_calls == 0
     assert model.calls == calls  # refused before the call
-    assert await store.get_turn("t1", "u2") is None  # nothing written
+    again = await compiled.run(thread_id="t1", turn_id="u2", text="where is 42")
+    assert again.replayed and again.response == refused.response  # the turn's answer
+    [event] = [e for e in events.events if e.type == "budget.exceeded"]
+    ends = event.data["window_end"]  # the day's window
+    assert event.data["budget"] == "daily" and isinstance(ends, str)
+    assert f"used up until {ends[:10]} 00:00 UTC" in refused.response.text
     counters: FlowCounters = store.counters
     (usage,) = await counters.usage(budget="daily")
     assert (usage.tokens_used, usage.tokens_reserved, usage.calls) == (140, 0, 2)
     await counters.set_limit("daily", tokens=1000, actor="ops", note="more for today")
-    again = await compiled.run(thread_id="t1", turn_id="u2", text="where is 42")
-    assert not again.replayed and model.calls == calls + 2
+    later = await compiled.run(thread_id="t1", turn_id="u3", text="where is 42")
+    assert later.response.kind != "budget_exceeded" and model.calls == calls + 2
 
 
-async def test_a_budget_used_up_mid_turn_ends_it_before_the_next_call(store: Any) -> None:
+async def test_a_budget_used_up_mid_turn_keeps_what_ran_and_makes_no_further_call(
+    store: Any,
+) -> None:
     model = Metered(usage=(50, 20))
     compiled = agent(store, model, budgets=[Budget(tokens=60, scope="thread")])
-    with pytest.raises(FlowControlError) as caught:
-        await compiled.run(thread_id="t1", turn_id="u1", text="where is 42")
+    ended = await compiled.run(thread_id="t1", turn_id="u1", text="where is 42")
     assert model.calls == 1  # interpreted (70 tokens used); compose was refused
-    assert caught.value.context["key"] == "t1"
-    assert await store.load_checkpoint("t1") is None
-    with pytest.raises(FlowControlError):  # another thread: its own line, its own first call
-        await compiled.run(thread_id="t2", turn_id="u1", text="where is 42")
+    assert ended.response.kind == "budget_exceeded"
+    [step] = ended.response.steps
+    assert (step.capability_id, str(step.status)) == ("orders.lookup", "completed")
+    assert ended.response.text.splitlines()[-1].startswith("I stopped here: the model budget")
+    assert ended.checkpoint.revision == 1  # committed, with the step's facts
+    other = await compiled.run(thread_id="t2", turn_id="u1", text="where is 42")
+    assert other.response.kind == "budget_exceeded"  # its own line, its own first call
     assert model.calls == 2
     used = {u.key: u.tokens_used for u in await store.counters.usage()}
     assert used == {"t1": 70, "t2": 70}
@@ -170,8 +181,8 @@ async def test_a_cost_budget_is_priced_from_the_table(store: Any) -> None:
     await compiled.run(thread_id="t1", turn_id="u1", text="where is 42")
     (usage,) = await store.counters.usage(budget="spend")
     assert usage.cost_used == pytest.approx(4.0) and usage.exhausted
-    with pytest.raises(FlowControlError):
-        await compiled.run(thread_id="t1", turn_id="u2", text="where is 42")
+    refused = await compiled.run(thread_id="t1", turn_id="u2", text="where is 42")
+    assert refused.response.kind == "budget_exceeded"
 
 
 async def test_a_provider_limit_caps_calls_in_flight_and_a_waiting_turn_says_so(

@@ -10,8 +10,10 @@ from pydantic import JsonValue
 
 from intention_kernel.contracts import DurabilityStore
 from intention_kernel.contracts.errors import ModelGatewayError
-from intention_kernel.contracts.gateway import ModelRequest
+from intention_kernel.contracts.gateway import ModelRequest, ModelResponse
 from intention_kernel.kernel import (
+    Budget,
+    Kernel,
     KernelLimits,
     RoundStarted,
     StepFinished,
@@ -20,7 +22,7 @@ from intention_kernel.kernel import (
 )
 from intention_kernel.testing import ScriptedModelGateway
 
-from .tool_loop import BALANCE, CHECK_AND_SEND, Bank, bank_desk, scripted
+from .tool_loop import AGENT, BALANCE, CHECK_AND_SEND, Bank, bank_desk, scripted
 from .writes import accept
 
 
@@ -181,3 +183,35 @@ async def test_a_watcher_of_a_submitted_turn_sees_its_rounds(durability: Durabil
         await asyncio.wait_for(task, 10)
     assert RoundStarted(2) in watched
     assert isinstance(watched[-1], TurnCompleted)
+
+
+class Billed:
+    """The scripted model, reporting 70 tokens a call (what a budget counts)."""
+
+    provider = "openai"
+    max_tokens = 100
+
+    def __init__(self, inner: ScriptedModelGateway) -> None:
+        self.inner = inner
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        answer = await self.inner.complete(request)
+        return answer.model_copy(update={"usage": {"input_tokens": 50, "output_tokens": 20}})
+
+
+async def test_a_budget_that_runs_out_between_rounds_ends_the_loop_with_what_ran(
+    durability: DurabilityStore,
+) -> None:
+    gateway = ScriptedModelGateway({"interpret": scripted, "compose": scripted})
+    bank = Bank()
+    kernel = Kernel(
+        durability=durability, model=Billed(gateway), deps=bank, budgets=[Budget(tokens=60)]
+    )
+    ended = await kernel.compile(AGENT).run(thread_id="t", turn_id="1", text=CHECK_AND_SEND)
+
+    assert [c.task for c in gateway.calls] == ["interpret"]  # round 2 was refused
+    assert ended.response.kind == "budget_exceeded"
+    assert [(s.capability_id, str(s.status)) for s in ended.response.steps] == [
+        ("bank.balance", "completed")
+    ]
+    assert ended.checkpoint.interaction is None and bank.calls == []

@@ -7,9 +7,11 @@ rounds of interpret -> plan -> execute, when the model asks to see results) -> r
 
 from __future__ import annotations
 
+from ...contracts.errors import FlowControlError
 from ...contracts.events import KernelEvent
 from ...contracts.turns import DurableTurnResult
 from ...telemetry import plan_span
+from .budget import spent, stop
 from .commit import commit
 from .compose import compose
 from .execute import execute
@@ -33,18 +35,26 @@ async def run_pipeline(state: TurnState) -> tuple[DurableTurnResult, list[Kernel
         state.interpretation = Interpretation()  # a button press needs no interpretation
         malformed = []
     else:
-        malformed = await interpret(state)
+        try:
+            malformed = await interpret(state)
+        except FlowControlError as exc:
+            if not spent(exc):
+                raise
+            stop(state, exc)
+            state.interpretation, malformed = Interpretation(), []
     with plan_span() as planned:  # the ik.plan span: a repair call nests in it
         await plan(state, malformed)
-        resume(state, chosen)
+        if state.stopped is None:
+            resume(state, chosen)
         if state.plan is not None:
             planned.planned(
                 len(state.plan.steps),
                 ((h.step.capability.id, str(h.status)) for h in state.plan.held),
                 len(state.plan.clarifications),
             )
-    await execute(state)
-    await further_rounds(state)
+    if state.stopped is None:
+        await execute(state)
+        await further_rounds(state)
     reduce(state)
     await compose(state)
     return await commit(state)

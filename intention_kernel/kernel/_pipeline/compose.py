@@ -19,16 +19,19 @@ answer is settled, what it was shown is corrected to exactly the final text.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import JsonValue, ValidationError
 
 from ...contracts import codec
-from ...contracts.checkpoint import Interaction
-from ...contracts.errors import SerializationError
+from ...contracts.checkpoint import Evidence, Interaction
+from ...contracts.errors import FlowControlError, SerializationError
 from ...contracts.events import EventCategory
 from .._response import Response, StepSummary
 from .._states import StepStatus
 from ..streaming import ConfirmationHeld
 from ._model import ask
+from .budget import budget_line, spent, stop
 from .state import Composition, StepOutcome, TurnState
 
 __all__ = ["compose", "fallback_text", "outcome_json"]
@@ -117,6 +120,31 @@ def fallback_text(state: TurnState) -> str:
     return "\n".join(p for p in parts if p) or "I am not sure how to help with that."
 
 
+def _in_kernel_words(
+    state: TurnState,
+    evidence: list[Evidence],
+    steps: list[StepSummary],
+    interaction: Interaction | None,
+) -> Response:
+    """The answer from the capabilities' canonical text and the kernel's lines, no model's:
+    a ``fallback``, or ``budget_exceeded`` when a budget ran out (``budget``), then with why
+    the turn stopped."""
+    assert state.plan is not None
+    kind: Literal["fallback", "budget_exceeded"] = "fallback"
+    if state.stopped is not None:
+        kind = "budget_exceeded"
+        state.plan.notes.append(budget_line(state.stopped))
+        state.plan.clarifications.clear()  # a clarification cannot be acted on until then
+    return Response(
+        text=fallback_text(state),
+        kind=kind,
+        evidence=evidence,
+        citations=[e.id for e in evidence],
+        steps=steps,
+        interaction=interaction,
+    )
+
+
 def _shown_interaction(state: TurnState) -> Interaction | None:
     """The interaction this answer asks: a new one, or the pending one shown again."""
     plan, reduction = state.plan, state.reduction
@@ -162,7 +190,9 @@ async def compose(state: TurnState) -> None:
                 interaction.id, interaction.kind, interaction.prompt, tuple(interaction.options)
             )
         )
-    if not state.outcomes and plan.clarifications and interaction is None and not plan.notes:
+    if state.stopped is not None:
+        state.response = _in_kernel_words(state, evidence, steps, interaction)
+    elif not state.outcomes and plan.clarifications and interaction is None and not plan.notes:
         state.response = Response(
             text="\n".join(plan.clarifications), kind="clarification", steps=steps
         )
@@ -170,14 +200,7 @@ async def compose(state: TurnState) -> None:
         # Kernel words only: resumed work was cancelled or re-asked, a write's outcome is
         # unknown ("being verified", never worded as done), a write went through although
         # its step did not finish ("applied", never worded as failed), or a step raised.
-        state.response = Response(
-            text=fallback_text(state),
-            kind="fallback",
-            evidence=evidence,
-            citations=[e.id for e in evidence],
-            steps=steps,
-            interaction=interaction,
-        )
+        state.response = _in_kernel_words(state, evidence, steps, interaction)
     else:
         known = {e.id for e in evidence}
         known.update(e.id for f in reduction.facts for e in f.evidence)
@@ -195,28 +218,27 @@ async def compose(state: TurnState) -> None:
         for _attempt in range(2):
             if progress is not None:
                 progress.compose_started()  # a recomposition replaces what was shown
-            reply = await ask(
-                state,
-                "compose",
-                payload,
-                state.runtime.composition_schema,
-                on_delta=None if progress is None else progress.model_delta,
-            )
+            try:
+                reply = await ask(
+                    state,
+                    "compose",
+                    payload,
+                    state.runtime.composition_schema,
+                    on_delta=None if progress is None else progress.model_delta,
+                )
+            except FlowControlError as exc:
+                if not spent(exc):
+                    raise
+                stop(state, exc)
+                break
             if reply.refusal is not None:
                 break  # declined: asking again gets the same answer; the kernel words it
             composition, problems = _check(reply.output, known)
             if composition is not None:
                 break
             payload = {**payload, "problems": problems}
-        if composition is None:
-            state.response = Response(
-                text=fallback_text(state),
-                kind="fallback",
-                evidence=evidence,
-                citations=[e.id for e in evidence],
-                steps=steps,
-                interaction=interaction,
-            )
+        if composition is None:  # declined, malformed twice, or the budget ran out
+            state.response = _in_kernel_words(state, evidence, steps, interaction)
         else:
             text = _with_lines(composition.text, list(plan.notes))
             if interaction is not None and interaction.prompt not in text:

@@ -22,7 +22,7 @@ from pydantic_core import PydanticSerializationError
 
 from ...contracts import codec
 from ...contracts.checkpoint import FactRecord
-from ...contracts.errors import SerializationError
+from ...contracts.errors import FlowControlError, SerializationError
 from ...contracts.events import EventCategory
 from .. import consent
 from .._capability import Capability
@@ -30,6 +30,7 @@ from .._limits import stored_within
 from .._policies import PolicyRequest
 from .._states import ConfirmationMode, EffectKind, HoldReason
 from ._model import ask
+from .budget import spent, stop
 from .interpret import parse_interpretation, validation_problems
 from .state import AgentRuntime, HeldStep, Interpretation, Plan, PlannedStep, TurnState
 
@@ -303,34 +304,43 @@ async def plan(state: TurnState, malformed: list[JsonValue]) -> Plan:
             None if state.interpretation is None else state.interpretation.model_dump(mode="json")
         )
         shown = _repair_ids(state)
-        reply = await ask(
-            state,
-            "repair",
-            {
-                "text": state.turn.text,
-                "previous": previous,
-                "problems": checked.problems,
-                "capabilities": runtime.catalog.entries(shown),
-            },
-            runtime.catalog.schema(shown),
-        )
-        repaired = True
-        if reply.refusal is not None:
-            state.refusal = reply.refusal
-            state.interpretation = None
-            checked = Checked(clarifications=[REFUSED])
+        try:
+            reply = await ask(
+                state,
+                "repair",
+                {
+                    "text": state.turn.text,
+                    "previous": previous,
+                    "problems": checked.problems,
+                    "capabilities": runtime.catalog.entries(shown),
+                },
+                runtime.catalog.schema(shown),
+            )
+        except FlowControlError as exc:
+            if not spent(exc):
+                raise
+            stop(state, exc)
+            reply = None
+        if reply is None:
+            checked = Checked()  # the budget ran out: nothing of this interpretation runs
         else:
-            interpretation, malformed = parse_interpretation(reply.output)
-            state.interpretation = interpretation
-            checked = check_intentions(runtime, interpretation, malformed)
-        state.recorder.emit(
-            "interpretation.repaired",
-            {
-                "valid": not checked.problems and state.refusal is None,
-                "problems": len(checked.problems),
-            },
-            cause=state.start_event,
-        )
+            repaired = True
+            if reply.refusal is not None:
+                state.refusal = reply.refusal
+                state.interpretation = None
+                checked = Checked(clarifications=[REFUSED])
+            else:
+                interpretation, malformed = parse_interpretation(reply.output)
+                state.interpretation = interpretation
+                checked = check_intentions(runtime, interpretation, malformed)
+            state.recorder.emit(
+                "interpretation.repaired",
+                {
+                    "valid": not checked.problems and state.refusal is None,
+                    "problems": len(checked.problems),
+                },
+                cause=state.start_event,
+            )
     result = build_plan(runtime, state.facts, checked.valid, state.host_context, state.numbered)
     state.numbered += min(len(checked.valid), max(0, runtime.limits.max_steps - state.numbered))
     result.clarifications[:0] = checked.clarifications

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 from pydantic import JsonValue
 
+from ...contracts.errors import FlowControlError
 from ...contracts.events import EventCategory
 from ...telemetry import plan_span
+from .budget import spent, stop
 from .compose import outcome_json
 from .execute import execute
 from .interpret import interpret
@@ -84,7 +86,13 @@ async def further_rounds(state: TurnState) -> None:
             {"round": state.round, "results": len(results)},
             cause=state.plan_event,
         )
-        malformed = await interpret(state, results)
+        try:
+            malformed = await interpret(state, results)
+        except FlowControlError as exc:
+            if not spent(exc):
+                raise
+            stop(state, exc)  # what ran stays run; compose answers in the kernel's words
+            return
         with plan_span() as planned:
             added: Plan = await plan(state, malformed)
             planned.planned(

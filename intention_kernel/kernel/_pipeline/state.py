@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from ...contracts.checkpoint import AgendaItem, Evidence, FactRecord, Interaction, KernelCheckpoint
 from ...contracts.durability import TurnScope
+from ...contracts.errors import FlowControlError
 from ...contracts.events import KernelEvent
 from ...contracts.gateway import ModelRefusal
 from ...contracts.receipts import EffectReceipt
@@ -243,6 +244,8 @@ class TurnState:
     """A ``stream`` consumer's listener (``None`` for ``run``): what it is shown is provisional."""
     deps: Any = None
     """The dependencies this turn's capabilities see as ``context.deps`` (never stored)."""
+    stopped: FlowControlError | None = None
+    """A budget ran out at a model call: the turn answers in the kernel's words (``budget``)."""
     round: int = 1
     """The planning round: 1, then one more each time the model asked to see results."""
     numbered: int = 0
