@@ -23,7 +23,9 @@ from ._common import (
     print_fields,
     run,
     store_location,
+    to_jsonable,
 )
+from ._flow_status import flow_status, print_flow_status
 
 __all__ = ["register"]
 
@@ -39,13 +41,14 @@ def register(app: typer.Typer) -> None:
 
 def status(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
     """Schema version and counts: threads, turns, uncertain receipts (interrupted prepared ones
-    included), undelivered/dead events."""
+    included), undelivered/dead events; budgets (the exhausted and the most used lines) and
+    providers cooling down."""
 
-    async def body() -> Any:
+    async def body() -> tuple[Any, dict[str, Any] | None]:
         async with open_store(store) as opened:
-            return await inspector(opened).store_status()
+            return await inspector(opened).store_status(), await flow_status(opened)
 
-    data = run(as_json, body)
+    data, flow = run(as_json, body)
 
     def human() -> None:
         print_fields(
@@ -60,8 +63,9 @@ def status(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
                 ("corrupt threads", data.corrupt_threads),
             ]
         )
+        print_flow_status(flow)
 
-    emit(as_json, data, human)
+    emit(as_json, {**to_jsonable(data), "budgets": flow}, human)
 
 
 def migrate(

@@ -5,7 +5,7 @@ Why server-rendered and small: the pages must work without a build step and with
 (a bit of script only shows or hides the value field), with a keyboard and a screen reader.
 Every form carries the session's CSRF token and a POST from another origin is refused
 (``_security``); each page lives in its own module (``_login``, ``_threads``, ``_receipts``,
-``_requests``, ``_answers``, ``_deploy``).
+``_requests``, ``_answers``, ``_budgets``, ``_deploy``).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from ...contracts.errors import ConfigurationError
 from ...kernel import CompiledAgent
 from .._auth import Authenticator, Authorizer, BearerTokens, allow_any
 from ._answers import review_answer, run_answer
+from ._budgets import budget_page, budgets, confirm_limit, set_limit
 from ._deploy import deploy, run_deploy
 from ._inspector import (
     DEFAULT_PAGE_SIZE,
@@ -88,7 +89,8 @@ def create_inspector(
     the login form's cookie; without one, a secret is made per process.
     ``authorize(principal, thread_id, action)`` is asked with ``read`` (for every row and
     link shown), ``reconcile``, ``retry`` or ``cancel`` before an operator's action on a turn
-    request, and ``answer`` before an operator's answer to a confirmation.
+    request, and ``answer`` before an operator's answer to a confirmation (a budget's limit
+    is set by any operator: budgets are not a thread's).
     ``provider_key(receipt)`` shows the key the provider knows.
     """
     if not callable(authenticate):
@@ -148,6 +150,14 @@ def create_inspector(
                 methods=["POST"],
             ),
             Route("/answer", _page(run_answer, post=True, operator=True), methods=["POST"]),
+            Route("/budgets", _page(budgets), methods=["GET"]),
+            Route("/budget", _page(budget_page), methods=["GET"]),
+            Route(
+                "/budget/confirm",
+                _page(confirm_limit, post=True, operator=True),
+                methods=["POST"],
+            ),
+            Route("/budget", _page(set_limit, post=True, operator=True), methods=["POST"]),
             Route("/deploy", _page(deploy), methods=["GET"]),
             Route("/deploy", _page(run_deploy, post=True, operator=True), methods=["POST"]),
             Mount("/static", app=static, name="static"),

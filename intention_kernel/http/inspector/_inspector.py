@@ -20,6 +20,7 @@ from starlette.responses import HTMLResponse
 
 from ...contracts.durability import DurabilityStore
 from ...contracts.errors import KernelError
+from ...contracts.flow import FlowCounters
 from ...contracts.inbox import TurnInbox
 from ...contracts.inspect import StoreInspector
 from ...contracts.receipts import EffectReceipt, ReceiptStatus
@@ -132,6 +133,15 @@ class Inspector:
         except KernelError:  # a store built without the inbox role says NOT_SUPPORTED
             return None
         return found if isinstance(found, TurnInbox) else None
+
+    @property
+    def counters(self) -> FlowCounters | None:
+        """The store's budget counters, or ``None`` for a store without them."""
+        try:
+            found = getattr(self.store, "counters", None)
+        except KernelError:  # a store built without the flow role says NOT_SUPPORTED
+            return None
+        return found if isinstance(found, FlowCounters) else None
 
     def accepted(self) -> list[str] | None:
         """Fingerprints the agent loads (its own, declared compatible, migrated from)."""

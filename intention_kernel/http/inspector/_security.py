@@ -114,7 +114,7 @@ def _page(
                     403,
                     "FORBIDDEN",
                     f"{session.principal.id} is a viewer: only operators may reconcile, retry,"
-                    " cancel or answer",
+                    " cancel, answer or set a limit",
                 )
             return await handler(inspector, request, session)
         except InspectorProblem as problem:
