@@ -14,6 +14,8 @@ import os
 import sys
 from typing import Any
 
+import httpx2
+
 from intention_kernel.durability.factory import open_durability
 from intention_kernel.kernel import Budget, Kernel, Limit
 from intention_kernel.models import OpenAIGateway, RetryPolicy
@@ -22,6 +24,9 @@ from tests.kernel.support import Shop, support_agent
 
 async def main(spec: dict[str, Any]) -> dict[str, Any]:
     store = await open_durability(spec["url"], **spec.get("options", {}))
+    # Our own HTTP client, closed at the end: the SDK's own would be left to the collector,
+    # with its connections (this also runs inside the test process).
+    http = httpx2.AsyncClient(timeout=30.0)
     try:
         gateway = OpenAIGateway(
             "gpt-test",
@@ -29,6 +34,7 @@ async def main(spec: dict[str, Any]) -> dict[str, Any]:
             api_key="none",
             max_tokens=50,
             retry=RetryPolicy(attempts=3, base_delay=0.05, deadline=30.0),
+            http_client=http,
         )
         budgets = (
             [Budget(tokens=spec["budget"], per=None, name=spec["name"])]
@@ -70,6 +76,7 @@ async def main(spec: dict[str, Any]) -> dict[str, Any]:
         await asyncio.gather(*(loop(t) for t in range(spec.get("tasks", 1))))
         return {"runs": runs[0], "refused": refused[0], "calls": calls[0], "errors": errors}
     finally:
+        await http.aclose()
         await store.close()
 
 

@@ -21,6 +21,7 @@ PACKAGE = Path(telemetry.__file__).parent
 
 EXPORTED = [
     "AVAILABLE",
+    "FlowMetrics",
     "InboxBacklog",
     "RelayTelemetry",
     "Telemetry",
