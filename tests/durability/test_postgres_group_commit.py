@@ -41,14 +41,15 @@ async def unlock(conn: asyncpg.Connection) -> None:
     await conn.close()
 
 
-async def waiting_on_lock(dsn: str) -> int:
-    """The backend of the commit waiting for a held lease row (bounded wait)."""
+async def waiting_on_lock(dsn: str, schema: str) -> int:
+    """The backend of this schema's statement that waits for a held lease row (bounded)."""
     conn = await asyncpg.connect(dsn)
     try:
         for _ in range(2000):
             pid = await conn.fetchval(
                 "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                " AND datname = current_database() LIMIT 1"
+                " AND datname = current_database() AND position($1 in query) > 0 LIMIT 1",
+                f'"{schema}".',
             )
             if pid is not None:
                 return int(pid)
@@ -67,6 +68,8 @@ class Turns:
         self.results: dict[str, DurableTurnResult] = {}
         self.ready = asyncio.Barrier(len(threads) + 1)
         self.first_sent = asyncio.Event()
+        self.held = asyncio.Event()
+        """Set once t0's lease row is held: only then may t0 commit."""
         self.sent = 0
 
     async def queued(self, count: int) -> None:
@@ -85,6 +88,7 @@ class Turns:
             if thread_id != THREADS[0]:
                 await self.first_sent.wait()  # t0 goes first and alone
             else:
+                await self.held.wait()
                 self.first_sent.set()
             await scope.commit(result, make_events(scope))
             self.results[thread_id] = result
@@ -101,8 +105,9 @@ class Turns:
         tasks = self.start()
         await self.ready.wait()
         first = await lock_lease(dsn, schema, THREADS[0])
+        self.held.set()
         await self.first_sent.wait()
-        await waiting_on_lock(dsn)
+        await waiting_on_lock(dsn, schema)
         await self.queued(len(THREADS) - 1)
         return tasks, first
 
@@ -127,7 +132,7 @@ async def test_commits_that_queue_behind_one_go_as_one_statement(dsn: str, schem
         turns = Turns(store)
         tasks, first = await turns.queue_behind_first(dsn, schema)
         await unlock(first)
-        await asyncio.gather(*tasks)
+        await asyncio.wait_for(asyncio.gather(*tasks), 60)
 
         assert store.commit_groups == Counter({1: 1, len(THREADS) - 1: 1})
         for thread_id in THREADS:
@@ -153,7 +158,7 @@ async def test_a_lost_lease_or_a_conflict_in_a_group_fails_only_its_own_turn(
             "elsewhere",
         )
         await unlock(first)
-        outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+        outcomes = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 60)
 
         by_thread = dict(zip(THREADS, outcomes, strict=True))
         assert isinstance(by_thread["t1"], LeaseLostError)
@@ -178,22 +183,23 @@ async def test_a_group_whose_connection_is_lost_fails_every_turn_and_writes_none
         blocker = await lock_lease(dsn, schema, THREADS[3])
         await unlock(first)  # t0 commits; the group of t1..t7 then waits on t3's row
         assert await tasks[0] == turns.results[THREADS[0]]
-        group = await waiting_on_lock(dsn)
+        group = await waiting_on_lock(dsn, schema)
         await blocker.execute("SELECT pg_terminate_backend($1)", group)
-        outcomes = await asyncio.gather(*tasks[1:], return_exceptions=True)
-        await unlock(blocker)
+        await unlock(blocker)  # before the turns end: their releases need t3's row too
+        outcomes = await asyncio.wait_for(asyncio.gather(*tasks[1:], return_exceptions=True), 60)
 
         assert all(isinstance(o, DurabilityError) and o.retryable for o in outcomes), outcomes
         for thread_id in THREADS[1:]:
             assert await _replayed(store, thread_id) is None  # nothing of the group landed
         again = Turns(store, THREADS[1:])
+        again.held.set()
         again.first_sent.set()
         retried = [
             asyncio.create_task(store.with_turn(t, "turn-1", again.operation(t)))
             for t in THREADS[1:]
         ]
         await again.ready.wait()
-        await asyncio.gather(*retried)
+        await asyncio.wait_for(asyncio.gather(*retried), 60)
         for thread_id in THREADS[1:]:
             assert await _replayed(store, thread_id) == again.results[thread_id]
     finally:
@@ -229,7 +235,7 @@ async def test_leases_due_together_renew_in_one_statement_and_a_lost_one_alone_i
         await store.pool.execute(
             f'UPDATE "{schema}".leases SET epoch = epoch + 1 WHERE thread_id = $1', "r7"
         )
-        ended = await asyncio.gather(*tasks, return_exceptions=True)
+        ended = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 60)
         outcomes = dict(zip(threads, ended, strict=True))
 
         assert isinstance(outcomes.pop("r7"), LeaseLostError)
