@@ -21,42 +21,9 @@ from intention_kernel.durability.postgres import PostgresDurability
 from intention_kernel.testing.conformance import make_events, make_result
 
 from .conftest import open_store
+from .pg_locks import lock_lease, queued, unlock, waiting_on_lock
 
 THREADS = [f"t{n}" for n in range(8)]
-
-
-async def lock_lease(dsn: str, schema: str, thread_id: str) -> asyncpg.Connection:
-    """Lock one lease row in an open transaction (``unlock`` ends it): the commit that fences
-    on it waits, and every commit arriving meanwhile queues behind it."""
-    conn = await asyncpg.connect(dsn)
-    await conn.execute("BEGIN")
-    await conn.execute(
-        f'SELECT 1 FROM "{schema}".leases WHERE thread_id = $1 FOR UPDATE', thread_id
-    )
-    return conn
-
-
-async def unlock(conn: asyncpg.Connection) -> None:
-    await conn.execute("ROLLBACK")
-    await conn.close()
-
-
-async def waiting_on_lock(dsn: str, schema: str) -> int:
-    """The backend of this schema's statement that waits for a held lease row (bounded)."""
-    conn = await asyncpg.connect(dsn)
-    try:
-        for _ in range(2000):
-            pid = await conn.fetchval(
-                "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                " AND datname = current_database() AND position($1 in query) > 0 LIMIT 1",
-                f'"{schema}".',
-            )
-            if pid is not None:
-                return int(pid)
-            await asyncio.sleep(0.005)
-        raise AssertionError("no commit waited for the held lease")
-    finally:
-        await conn.close()
 
 
 class Turns:
@@ -74,12 +41,7 @@ class Turns:
 
     async def queued(self, count: int) -> None:
         """Until ``count`` commits wait in the store's group commit queue (bounded)."""
-        group = self.store.roles.turns.group  # type: ignore[attr-defined]
-        for _ in range(2000):
-            if len(group._queue) >= count:
-                return
-            await asyncio.sleep(0.005)
-        raise AssertionError(f"{len(group._queue)} commits queued, expected {count}")
+        await queued(self.store.roles.turns.group, count)  # type: ignore[attr-defined]
 
     def operation(self, thread_id: str) -> Callable[[TurnScope], Any]:
         async def run(scope: TurnScope) -> DurableTurnResult:

@@ -1,20 +1,30 @@
 """Taking a PostgreSQL thread lease: what the acquire statement returns, and the statement.
 
 On a read-only session (a standby) the acquire is replaced by the replay SELECT, so a committed
-turn still replays there.
+turn still replays there. Acquires that queue while one is in flight go as one ``acquire_group``
+statement (``acquire_batch``), each thread with its own outcome.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ._batch import Batch
 from ._connection import PgConnection
 from ._errors import bounded
 from ._lease import PgLease
 from ._sql import Statements
 
-__all__ = ["Acquired", "ReadOnly", "acquire_statement", "acquired_from", "replay_read_only"]
+__all__ = [
+    "Acquire",
+    "Acquired",
+    "ReadOnly",
+    "acquire_batch",
+    "acquired_from",
+    "replay_read_only",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,29 +69,71 @@ async def replay_read_only(
     return Acquired(None, False, row, 0.0)
 
 
-async def acquire_statement(
-    db: PgConnection, sql: Statements, ttl: float, thread_id: str, turn_id: str, owner: str
-) -> Any:
-    """The acquire statement, or the replay SELECT (its row wrapped in ``ReadOnly``) when
-    the pooled session says it is read-only (``default_transaction_read_only``, a hot standby:
+@dataclass(frozen=True, slots=True)
+class Acquire:
+    """One acquisition: ``owner`` is its unique token; ``skip_committed``: a committed turn
+    is replayed instead (no lease taken)."""
+
+    thread_id: str
+    turn_id: str
+    owner: str
+    skip_committed: bool
+
+
+def _read_only(conn: Any) -> bool:
+    """The pooled session is read-only (``default_transaction_read_only``, a hot standby:
     both reported by the server on every connection since PostgreSQL 14)."""
+    settings = conn.get_settings()
+    return (
+        getattr(settings, "default_transaction_read_only", "off") == "on"
+        or getattr(settings, "in_hot_standby", "off") == "on"
+    )
 
-    async def statement(conn: Any, seconds: float) -> Any:
-        settings = conn.get_settings()
-        if (
-            getattr(settings, "default_transaction_read_only", "off") == "on"
-            or getattr(settings, "in_hot_standby", "off") == "on"
-        ):
-            return ReadOnly(await conn.fetchrow(sql.replay, thread_id, turn_id, timeout=seconds))
-        return await conn.fetchrow(
-            sql.acquire,
-            thread_id,
-            turn_id,
-            owner,
-            ttl,
-            True,
-            timeout=seconds,
-        )
 
+def acquire_batch(db: PgConnection, sql: Statements, ttl: float) -> Batch[Acquire]:
+    """The acquire path of one store: each acquisition's row (or ``ReadOnly``), one statement
+    for the acquisitions that queue up together. On a read-only session the replay SELECT
+    replaces a skipping acquire, so a committed turn replays on a standby."""
     run = db.lanes.run
-    return await bounded(lambda t: run(statement, t), db.statement_timeout)
+
+    async def send_one(one: Acquire) -> Any:
+        async def statement(conn: Any, seconds: float) -> Any:
+            if one.skip_committed and _read_only(conn):
+                return ReadOnly(
+                    await conn.fetchrow(sql.replay, one.thread_id, one.turn_id, timeout=seconds)
+                )
+            return await conn.fetchrow(
+                sql.acquire,
+                one.thread_id,
+                one.turn_id,
+                one.owner,
+                ttl,
+                one.skip_committed,
+                timeout=seconds,
+            )
+
+        return await bounded(lambda t: run(statement, t), db.statement_timeout)
+
+    async def send_many(group: Sequence[Acquire]) -> Sequence[Any] | None:
+        async def statement(conn: Any, seconds: float) -> Sequence[Any] | None:
+            if _read_only(conn):
+                return None  # one by one: each as a read-only session answers it
+            rows: Sequence[Any] = await conn.fetch(
+                sql.acquire_group,
+                [a.thread_id for a in group],
+                [a.turn_id for a in group],
+                [a.owner for a in group],
+                ttl,
+                [a.skip_committed for a in group],
+                timeout=seconds,
+            )
+            return rows
+
+        return await bounded(lambda t: run(statement, t), db.statement_timeout)
+
+    return Batch(
+        thread_of=lambda one: one.thread_id,
+        send_one=send_one,
+        send_many=send_many,
+        one_by_one=lambda _: False,
+    )

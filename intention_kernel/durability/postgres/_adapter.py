@@ -265,6 +265,14 @@ class PostgresDurability(DurableStore[PgLease]):
         assert isinstance(turns, PostgresTurns)
         return turns.group.sizes
 
+    @property
+    def acquire_groups(self) -> Counter[int]:
+        """Lease acquire statements sent so far, by the number of acquisitions each carried
+        (1 is an acquire alone; see ``_acquire``)."""
+        turns = self.roles.turns
+        assert isinstance(turns, PostgresTurns)
+        return turns.acquires.sizes
+
     # ---------------------------------------------------------------- notifications
 
     async def set_outbox_notify(self, enabled: bool) -> None:

@@ -24,6 +24,7 @@ _SYNC_OFF = "set_config('synchronous_commit', 'off', true) IS NOT NULL"
 @dataclass(frozen=True, slots=True)
 class Statements:
     acquire: str
+    acquire_group: str
     load: str
     find_turn: str
     replay: str
@@ -90,6 +91,42 @@ LEFT JOIN acquired a ON true
 LEFT JOIN prior p ON true
 LEFT JOIN {s}.heads h ON h.thread_id = $1 AND a.epoch IS NOT NULL AND p.result IS NULL
 LEFT JOIN {s}.turns c ON c.thread_id = $1 AND c.turn_id = h.turn_id""",
+            # $1 threads (distinct), $2 turns, $3 owners, $4 ttl seconds, $5 skip when committed:
+            # ``acquire`` for several threads at once, one row per thread in their order, each
+            # with its own outcome. Leases are taken in thread order (two groups never wait for
+            # each other in a cycle).
+            acquire_group=f"""
+WITH req AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $5::bool[])
+        WITH ORDINALITY AS r(thread_id, turn_id, owner, skip, k)
+), prior AS (
+    SELECT r.k, t.result, t.fingerprint
+    FROM req r JOIN {s}.turns t ON t.thread_id = r.thread_id AND t.turn_id = r.turn_id
+), seen AS (
+    SELECT r.k, l.epoch, l.expires_at FROM req r JOIN {s}.leases l ON l.thread_id = r.thread_id
+), acquired AS (
+    INSERT INTO {s}.leases AS l (thread_id, owner, epoch, expires_at)
+    SELECT r.thread_id, r.owner, 1, clock_timestamp() + make_interval(secs => $4::float8)
+    FROM req r
+    WHERE NOT (r.skip AND EXISTS (SELECT 1 FROM prior p WHERE p.k = r.k)) AND {_SYNC_OFF}
+    ORDER BY r.thread_id
+    ON CONFLICT (thread_id) DO UPDATE
+        SET owner = excluded.owner, epoch = l.epoch + 1, expires_at = excluded.expires_at
+        WHERE l.expires_at <= clock_timestamp()
+    RETURNING l.thread_id, l.epoch
+)
+SELECT a.epoch,
+       (SELECT count(*) FROM seen e WHERE e.k = r.k) AS seen_rows,
+       (SELECT e.epoch FROM seen e WHERE e.k = r.k AND e.expires_at = '-infinity')
+           AS released_epoch,
+       p.result AS prior_result, p.fingerprint AS prior_fingerprint,
+       h.revision AS head_revision, c.result AS head_result
+FROM req r
+LEFT JOIN acquired a ON a.thread_id = r.thread_id
+LEFT JOIN prior p ON p.k = r.k
+LEFT JOIN {s}.heads h ON h.thread_id = r.thread_id AND a.epoch IS NOT NULL AND p.result IS NULL
+LEFT JOIN {s}.turns c ON c.thread_id = r.thread_id AND c.turn_id = h.turn_id
+ORDER BY r.k""",
             load=f"""
 SELECT p.result AS prior_result, p.fingerprint AS prior_fingerprint,
        h.revision AS head_revision, c.result AS head_result
@@ -104,12 +141,21 @@ LEFT JOIN {s}.turns c ON c.thread_id = $1 AND c.turn_id = h.turn_id""",
             replay=f"SELECT result AS prior_result, fingerprint AS prior_fingerprint"
             f" FROM {s}.turns WHERE thread_id = $1 AND turn_id = $2",
             # $1 threads, $2 epochs, $3 owners, $4 ttl: every lease still held renewed in one
-            # statement; the owners renewed come back (one per acquisition).
+            # statement; the owners renewed come back (one per acquisition). The rows are
+            # locked in thread order, as every statement that locks several leases does (a
+            # group acquire of another process may want the same rows: no cycle).
             renew_group=f"""
+WITH held AS (
+    SELECT l.thread_id FROM {s}.leases l
+    JOIN unnest($1::text[], $2::int8[], $3::text[]) AS r(thread_id, epoch, owner)
+        ON l.thread_id = r.thread_id AND l.epoch = r.epoch AND l.owner = r.owner
+    WHERE l.expires_at <> '-infinity'
+    ORDER BY l.thread_id FOR NO KEY UPDATE OF l
+)
 UPDATE {s}.leases l SET expires_at = clock_timestamp() + make_interval(secs => $4::float8)
-FROM unnest($1::text[], $2::int8[], $3::text[]) AS r(thread_id, epoch, owner)
-WHERE l.thread_id = r.thread_id AND l.epoch = r.epoch AND l.owner = r.owner
-    AND l.expires_at <> '-infinity' AND {_SYNC_OFF}
+FROM held h, unnest($1::text[], $2::int8[], $3::text[]) AS r(thread_id, epoch, owner)
+WHERE l.thread_id = h.thread_id AND l.thread_id = r.thread_id AND l.epoch = r.epoch
+    AND l.owner = r.owner AND l.expires_at <> '-infinity' AND {_SYNC_OFF}
 RETURNING l.owner""",
             release=f"""
 UPDATE {s}.leases SET expires_at = '-infinity'

@@ -31,10 +31,10 @@ from .._documents import decode_turn
 from .._ledger import EffectStart
 from .._settle import settle
 from ..storage import OpenedTurn, StoredTurn, TurnCommit
-from ._acquire import Acquired, ReadOnly, acquire_statement, acquired_from, replay_read_only
+from ._acquire import Acquire, Acquired, ReadOnly, acquire_batch, acquired_from, replay_read_only
 from ._connection import PgConnection
 from ._effects import PostgresEffects
-from ._group import CommitGroup
+from ._group import Commit, commit_batch
 from ._handoff import HandedLeases
 from ._heads import HeadTexts
 from ._lease import Heartbeat, LeaseSettings, PgLease, new_owner
@@ -74,23 +74,17 @@ class PostgresTurns:
         self._background: set[asyncio.Task[None]] = set()
         self.handed = HandedLeases(lease_settings, self._give_back)
         """Leases a submit that claims took for its worker's turn (see ``_handoff``)."""
-        self.group = CommitGroup(db, sql, self._send_commit)
+        self.acquires = acquire_batch(db, sql, lease_settings.ttl)
+        """Lease acquires alone when idle, in groups when they queue up (see ``_acquire``)."""
+        self.group = commit_batch(db, sql, self._send_commit)
+        """Commits alone when idle, in groups when they queue up (see ``_group``)."""
         self.renewals = Renewals(db, sql, lease_settings.ttl)
         """Heartbeats due together renew in one statement (see ``_renewals``)."""
-        """Commits alone when idle, in groups when they queue up (see ``_group``)."""
 
     async def _try_acquire(self, thread_id: str, turn_id: str, *, skip_committed: bool) -> Acquired:
         owner = new_owner()
         sent = asyncio.get_running_loop().time()
-        statement = (
-            acquire_statement(
-                self._db, self._sql, self.lease_settings.ttl, thread_id, turn_id, owner
-            )
-            if skip_committed
-            else self._db.fetchrow(
-                self._sql.acquire, thread_id, turn_id, owner, self.lease_settings.ttl, False
-            )
-        )
+        statement = self.acquires.send(Acquire(thread_id, turn_id, owner, skip_committed))
         try:  # run to its end even if the caller is cancelled meanwhile (see ``settle``)
             row, cancel = await settle(statement)
         except BaseException as exc:
@@ -285,7 +279,7 @@ class PostgresTurns:
         )
         try:
             with lease.write():
-                row = await self.group.commit(lease, commit)
+                row = await self.group.send((lease, commit))
         except DurabilityError as exc:
             cause = exc.__cause__
             if isinstance(cause, asyncpg.UniqueViolationError):
@@ -318,8 +312,9 @@ class PostgresTurns:
             )
         return row
 
-    async def _send_commit(self, lease: PgLease, commit: TurnCommit) -> Any:
+    async def _send_commit(self, queued: Commit) -> Any:
         """One commit's own statement (``commit``): its row, or the server's refusal."""
+        lease, commit = queued
         return await self._db.fetchrow(
             self._sql.commit,
             commit.thread_id,
@@ -360,6 +355,7 @@ class PostgresTurns:
         return await self._effects.get_receipt(thread_id, idempotency_key)
 
     async def close(self) -> None:
+        await self.acquires.close()
         await self.group.close()
         await self.renewals.close()
         await self.handed.close()
