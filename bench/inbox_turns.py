@@ -195,7 +195,8 @@ class Turns:
     async def inbox(self, thread_id: str, turn_id: str) -> None:
         committed = self.sink.expect(thread_id, turn_id)
         await self.agent.submit(thread_id=thread_id, turn_id=turn_id, text=TEXT)
-        await asyncio.wait_for(committed, TURN_WAIT)
+        async with asyncio.timeout(TURN_WAIT):  # no task of its own, as a direct run has none
+            await committed
 
     async def watched(self, thread_id: str, turn_id: str) -> None:
         await self.agent.submit(thread_id=thread_id, turn_id=turn_id, text=TEXT)

@@ -32,6 +32,7 @@ from .._inbox_rows import CORRUPT_REQUEST, decode_progress, decode_request, enco
 from .._writes import utc_now
 from ._connection import Connection
 from ._inbox_rows import (
+    ROW_COLUMNS,
     SELECT_ROWS,
     by_key,
     committed,
@@ -63,7 +64,7 @@ _CLAIMABLE = (
     " ORDER BY r.position LIMIT 1"
 )
 
-_THREAD_OPEN = f"SELECT 1 FROM ik_inbox WHERE thread_id = ? AND {_OPEN} LIMIT 1"
+_THREAD_OPEN = f"SELECT 1 FROM ik_inbox WHERE thread_id = ?1 AND {_OPEN} LIMIT 1"
 
 _PRUNE_PROGRESS = (  # a running turn's newest entry stays: its seq goes on (cursors hold)
     "DELETE FROM ik_progress AS g WHERE g.written_at < ?"
@@ -95,20 +96,20 @@ class SQLiteInbox:
             row = by_key(conn, thread_id, turn_id)
             if row is not None:
                 return row, False, None
-            committed = conn.execute(
-                "SELECT fingerprint FROM ik_turns WHERE thread_id = ? AND turn_id = ?",
+            # Committed without a request? And may a claim skip the queue (nothing open)?
+            committed, busy = conn.execute(
+                "SELECT (SELECT fingerprint FROM ik_turns WHERE thread_id = ?1 AND turn_id = ?2),"
+                f" EXISTS ({self.head_check})",
                 (thread_id, turn_id),
             ).fetchone()
             if committed is not None:
-                return None, True, committed[0]
+                return None, True, committed
             now = self._now()
-            claimer = request.claimer if request.not_before is None else None
-            if claimer is not None and conn.execute(self.head_check, (thread_id,)).fetchone():
-                claimer = None  # the thread's open request goes first
-            position = conn.execute(
+            claimer = request.claimer if request.not_before is None and not busy else None
+            found = conn.execute(
                 "INSERT INTO ik_inbox (thread_id, turn_id, state, text, payload, fingerprint,"
                 " submitted_at, not_before, attempts, claimed_by, claimed_until)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING {ROW_COLUMNS}",
                 (
                     thread_id,
                     turn_id,
@@ -122,8 +123,8 @@ class SQLiteInbox:
                     claimer,
                     None if claimer is None else later(now, request.claim_ttl),
                 ),
-            ).lastrowid
-            return select_row(conn, "position = ?", (position,)), True, None
+            ).fetchall()
+            return read_row(found[0]), True, None
 
         row, written, fingerprint = await self._db.write(submit, what="inbox submit")
         if row is None:

@@ -17,6 +17,7 @@ from ...contracts.inbox import InboxRequest
 from .._inbox_rows import COLUMNS, decode_request
 
 __all__ = [
+    "ROW_COLUMNS",
     "SELECT_ROWS",
     "by_key",
     "committed",
@@ -32,11 +33,9 @@ __all__ = [
 
 _BLOBS = frozenset({"text", "payload", "operator_log"})
 """Read as bytes: text that is not UTF-8 reads back as corrupt instead of failing the query."""
-SELECT_ROWS = (
-    "SELECT "
-    + ", ".join(f"CAST({c} AS BLOB)" if c in _BLOBS else c for c in COLUMNS)
-    + " FROM ik_inbox"
-)
+ROW_COLUMNS = ", ".join(f"CAST({c} AS BLOB)" if c in _BLOBS else c for c in COLUMNS)
+"""A stored request's columns as ``read_row`` takes them (a select list or ``RETURNING``)."""
+SELECT_ROWS = f"SELECT {ROW_COLUMNS} FROM ik_inbox"
 
 
 def iso(moment: datetime) -> str:
