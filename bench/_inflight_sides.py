@@ -157,12 +157,16 @@ async def ours(spec: dict[str, Any]) -> dict[str, Any]:
 
     turns = store.roles.turns
     groups, renewals = Counter(store.commit_groups), int(turns.renewals.statements)
+    acquires = Counter(store.acquire_groups)
     try:
         report = await drive(turn, spec)
         report["renewal_statements"] = int(turns.renewals.statements) - renewals
         sizes = Counter(store.commit_groups)
         sizes.subtract(groups)
         report["commit_statements_by_size"] = {str(k): v for k, v in sorted(sizes.items()) if v}
+        opened = Counter(store.acquire_groups)
+        opened.subtract(acquires)
+        report["acquire_statements_by_size"] = {str(k): v for k, v in sorted(opened.items()) if v}
         return report
     finally:
         await store.close()

@@ -209,6 +209,7 @@ async def _figures(
         out["statements_per_s"] = round(int(report["statements"]) / elapsed, 1)
         out["renewal_statements_per_turn"] = per_turn(int(report["renewal_statements"]), turns)
         out["commit_statements_by_size"] = report["commit_statements_by_size"]
+        out["acquire_statements_by_size"] = report["acquire_statements_by_size"]
         out["statements_from"] = "client: asyncpg calls counted in the cell's process"
     elif out.get("statements_per_turn") is None:
         out["statements_from"] = "not measured (no pg_stat_statements; the peer uses psycopg)"

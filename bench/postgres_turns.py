@@ -98,6 +98,24 @@ def store_url(dsn: str) -> str:
     return f"{url}{'&' if urlsplit(url).query else '?'}schema={SCHEMA}"
 
 
+def _since(before: dict[int, int], now: dict[int, int]) -> dict[int, int]:
+    """Statements by size sent since ``before`` (a store's group counters)."""
+    return {
+        size: count - before.get(size, 0)
+        for size, count in now.items()
+        if count > before.get(size, 0)
+    }
+
+
+def _summed(reports: list[dict[str, Any]], key: str) -> dict[int, int]:
+    """The benchmark processes' statements by size, added up."""
+    total: dict[int, int] = {}
+    for report in reports:
+        for size, count in report.get(key, {}).items():
+            total[int(size)] = total.get(int(size), 0) + int(count)
+    return dict(sorted(total.items()))
+
+
 def cpu_seconds(usage: resource.struct_rusage) -> float:
     return usage.ru_utime + usage.ru_stime
 
@@ -128,6 +146,7 @@ async def _child(spec: dict[str, Any], recorder: Recorder) -> None:
     counts = [0] * len(threads)
     errors: list[str] = []
     groups_before = dict(store.commit_groups)  # type: ignore[attr-defined]
+    acquires_before = dict(store.acquire_groups)  # type: ignore[attr-defined]
     started = time.monotonic()
     usage = resource.getrusage(resource.RUSAGE_SELF)
     recorder.active = True
@@ -147,13 +166,11 @@ async def _child(spec: dict[str, Any], recorder: Recorder) -> None:
     elapsed = time.monotonic() - started
     cpu = cpu_seconds(resource.getrusage(resource.RUSAGE_SELF)) - cpu_seconds(usage)
     recorder.active = False
-    groups = {
-        size: count - groups_before.get(size, 0)
-        for size, count in store.commit_groups.items()  # type: ignore[attr-defined]
-        if count > groups_before.get(size, 0)
-    }
+    groups = _since(groups_before, store.commit_groups)  # type: ignore[attr-defined]
+    acquires = _since(acquires_before, store.acquire_groups)  # type: ignore[attr-defined]
     report = {"turns": sum(counts), "seconds": elapsed, "cpu": cpu, "errors": errors}
-    print(json.dumps({**report, "statements": recorder.count, "groups": groups}))
+    counted = {"statements": recorder.count, "groups": groups, "acquires": acquires}
+    print(json.dumps({**report, **counted}))
     sys.stdout.flush()
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)  # "exit"
     await store.close()
@@ -252,15 +269,13 @@ async def ours_cell(
     turns = sum(int(r["turns"]) for r in reports)
     elapsed = max(float(r["seconds"]) for r in reports)
     errors = [e for r in reports for e in r["errors"]]
-    groups: dict[int, int] = {}
-    for r in reports:
-        for size, count in r.get("groups", {}).items():
-            groups[int(size)] = groups.get(int(size), 0) + int(count)
+    groups, acquires = _summed(reports, "groups"), _summed(reports, "acquires")
     out: dict[str, Any] = {
         "turns": turns,
         "turns_per_s": round(turns / elapsed, 1),
         "processes": procs,
-        **({"commit_statements_by_size": dict(sorted(groups.items()))} if groups else {}),
+        **({"commit_statements_by_size": groups} if groups else {}),
+        **({"acquire_statements_by_size": acquires} if acquires else {}),
         "errors": len(errors),
         "client_cpu_us_per_turn": cpu_us_per_turn(sum(float(r["cpu"]) for r in reports), turns),
         "client_cpu_from": "getrusage(RUSAGE_SELF) of each benchmark process, timed window",
