@@ -5,15 +5,21 @@ another left alone), and a group whose answer is lost takes nothing any turn kee
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+from asyncpg.connection import Connection
+
 from intention_kernel.contracts import DurabilityError, DurableTurnResult, TurnScope
+from intention_kernel.contracts.errors import ErrorCode
 from intention_kernel.durability.postgres import PostgresDurability
 from intention_kernel.testing.conformance import make_events, make_result
 
 from .conftest import open_store
 from .pg_locks import lock_lease, queued, unlock, waiting_on_lock
+from .pg_sessions import read_only_store
 
 THREADS = [f"a{n}" for n in range(8)]
 
@@ -146,3 +152,38 @@ async def test_a_group_whose_connection_is_lost_fails_every_open_and_keeps_no_le
         assert again == [opens.results[t] for t in THREADS]
     finally:
         await store.close()
+
+
+async def test_a_group_refused_by_a_read_only_session_replays_each_committed_turn(
+    dsn: str, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Behind a pooler that does not report the session read-only, a group of opens is
+    refused by the server as a whole: each is then sent alone, so every committed turn still
+    replays (with the plain SELECT) and only the new turn is refused."""
+    writer = await open_store(dsn, schema)
+    try:
+        first = await _first_turns(writer)
+    finally:
+        await writer.close()
+    store, pool = await read_only_store(dsn, schema)
+    monkeypatch.setattr(Connection, "get_settings", lambda self: object())
+    opens = Opens()
+    try:
+        outcomes = await asyncio.wait_for(
+            asyncio.gather(
+                *(store.with_turn(t, "turn-0", opens.operation(t)) for t in THREADS),
+                store.with_turn("new", "turn-0", opens.operation("new")),
+                return_exceptions=True,
+            ),
+            30,
+        )
+        assert outcomes[:-1] == [first[t] for t in THREADS]
+        refused = outcomes[-1]
+        assert isinstance(refused, DurabilityError)
+        assert refused.code is ErrorCode.STORE_READ_ONLY
+        assert not opens.ran
+        # The first open alone, then the group refused and its eight opens sent one by one.
+        assert store.acquire_groups == Counter({1: len(THREADS) + 1}), store.acquire_groups
+    finally:
+        await store.close()
+        await pool.close()

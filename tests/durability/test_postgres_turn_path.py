@@ -29,6 +29,7 @@ from intention_kernel.testing.conformance import (
 
 from ._statements import recorded
 from .conftest import open_store
+from .pg_sessions import read_only_store
 
 
 async def lease_row(store: PostgresDurability, thread_id: str) -> Any:
@@ -130,21 +131,6 @@ def make_events_count() -> list[int]:
 
 
 # -------------------------------------------------------------------- replay, read-only
-
-
-async def keep_session(conn: Any) -> None:
-    """No reset query between uses (as the store's own pools): one statement is one."""
-
-
-async def read_only_store(dsn: str, schema: str) -> tuple[PostgresDurability, Any]:
-    pool = await asyncpg.create_pool(
-        dsn,
-        min_size=1,
-        max_size=2,
-        server_settings={"default_transaction_read_only": "on"},
-        reset=keep_session,
-    )
-    return await PostgresDurability.open(pool, schema=schema), pool
 
 
 async def test_replay_is_a_plain_select_on_a_read_only_session(dsn: str, schema: str) -> None:

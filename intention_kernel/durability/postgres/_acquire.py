@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ...contracts.errors import KernelError
 from ._batch import Batch
 from ._connection import PgConnection
 from ._errors import bounded
@@ -135,5 +136,6 @@ def acquire_batch(db: PgConnection, sql: Statements, ttl: float) -> Batch[Acquir
         thread_of=lambda one: one.thread_id,
         send_one=send_one,
         send_many=send_many,
-        one_by_one=lambda _: False,
+        # Refused as a whole (nothing taken): each alone, so only a refused one fails.
+        one_by_one=lambda exc: isinstance(exc, KernelError) and not exc.retryable,
     )
