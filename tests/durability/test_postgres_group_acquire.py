@@ -187,3 +187,35 @@ async def test_a_group_refused_by_a_read_only_session_replays_each_committed_tur
     finally:
         await store.close()
         await pool.close()
+
+
+async def test_an_open_cancelled_while_queued_gives_its_lease_back_after_the_group(
+    dsn: str, schema: str
+) -> None:
+    """a4 is cancelled while its open waits in the queue: the group still takes a4's lease
+    with the others; a4 then gives it back and ends cancelled, without running, and the next
+    turn of a4 opens at once (not after the lease's 30 s)."""
+    store = await open_store(dsn, schema, lease_ttl=30.0, lock_timeout=5.0)
+    try:
+        await _first_turns(store)
+        opens = Opens()
+        tasks, blocker = await _queue_behind_first(
+            store, dsn, schema, opens, dict.fromkeys(THREADS, "turn-1")
+        )
+        cancelled = tasks[4]
+        cancelled.cancel()
+        await asyncio.sleep(0.05)
+        assert not cancelled.done()  # it waits for its open's outcome, not for its cancel
+        await unlock(blocker)
+        outcomes = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 30)
+
+        assert isinstance(outcomes[4], asyncio.CancelledError)
+        assert store.acquire_groups[len(THREADS) - 1] == 1  # a4's open went with the others
+        assert THREADS[4] not in opens.ran
+        assert await _held(store, schema, [THREADS[4]]) == 0
+        again = await asyncio.wait_for(
+            store.with_turn(THREADS[4], "turn-1", opens.operation(THREADS[4])), 5
+        )
+        assert again == opens.results[THREADS[4]]
+    finally:
+        await store.close()

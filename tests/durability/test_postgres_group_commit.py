@@ -33,6 +33,8 @@ class Turns:
     def __init__(self, store: PostgresDurability, threads: list[str] = THREADS) -> None:
         self.store = store
         self.results: dict[str, DurableTurnResult] = {}
+        self.built: dict[str, DurableTurnResult] = {}
+        """Each turn's result as it went to its commit (a cancelled turn has no ``results``)."""
         self.ready = asyncio.Barrier(len(threads) + 1)
         self.first_sent = asyncio.Event()
         self.held = asyncio.Event()
@@ -52,6 +54,7 @@ class Turns:
             else:
                 await self.held.wait()
                 self.first_sent.set()
+            self.built[thread_id] = result
             await scope.commit(result, make_events(scope))
             self.results[thread_id] = result
             return result
@@ -204,5 +207,29 @@ async def test_leases_due_together_renew_in_one_statement_and_a_lost_one_alone_i
         assert all(outcomes[t] == results[t] for t in outcomes)
         # Each lease was renewed about five times: 100 renewals, in rounds of shared statements.
         assert 3 <= renewals.statements <= 15, renewals.statements
+    finally:
+        await store.close()
+
+
+async def test_a_turn_cancelled_while_its_commit_is_queued_learns_the_outcome_first(
+    dsn: str, schema: str
+) -> None:
+    """t3 is cancelled while its commit waits in the queue: the cancellation does not take it
+    out of the group; once the group committed, t3 ends cancelled and its turn is stored."""
+    store = await open_store(dsn, schema, lease_ttl=30.0)
+    try:
+        turns = Turns(store)
+        tasks, first = await turns.queue_behind_first(dsn, schema)
+        cancelled = tasks[3]
+        cancelled.cancel()
+        await asyncio.sleep(0.05)
+        assert not cancelled.done()  # it waits for its commit's outcome, not for its cancel
+        await unlock(first)
+        outcomes = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 60)
+
+        assert isinstance(outcomes[3], asyncio.CancelledError)
+        assert store.commit_groups[len(THREADS) - 1] == 1  # t3 went with the others
+        for thread_id in THREADS:  # t3 included: its commit landed before its cancel ended it
+            assert await _replayed(store, thread_id) == turns.built[thread_id]
     finally:
         await store.close()
