@@ -51,3 +51,15 @@ async def queued(batch: Any, count: int) -> None:
             return
         await asyncio.sleep(0.005)
     raise AssertionError(f"{batch.queued} writes queued, expected {count}")
+
+
+async def cancel_queued_then_unlock(
+    tasks: list[asyncio.Task[Any]], index: int, blocker: asyncpg.Connection
+) -> list[Any]:
+    """Cancel the queued turn ``tasks[index]`` (it must keep waiting for its write's outcome),
+    then let the queue go (``unlock``): every turn's outcome, exceptions included (bounded)."""
+    tasks[index].cancel()
+    await asyncio.sleep(0.05)
+    assert not tasks[index].done()  # it waits for its write's outcome, not for its cancel
+    await unlock(blocker)
+    return await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 60)

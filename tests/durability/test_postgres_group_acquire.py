@@ -18,7 +18,7 @@ from intention_kernel.durability.postgres import PostgresDurability
 from intention_kernel.testing.conformance import make_events, make_result
 
 from .conftest import open_store
-from .pg_locks import lock_lease, queued, unlock, waiting_on_lock
+from .pg_locks import cancel_queued_then_unlock, lock_lease, queued, unlock, waiting_on_lock
 from .pg_sessions import read_only_store
 
 THREADS = [f"a{n}" for n in range(8)]
@@ -202,12 +202,7 @@ async def test_an_open_cancelled_while_queued_gives_its_lease_back_after_the_gro
         tasks, blocker = await _queue_behind_first(
             store, dsn, schema, opens, dict.fromkeys(THREADS, "turn-1")
         )
-        cancelled = tasks[4]
-        cancelled.cancel()
-        await asyncio.sleep(0.05)
-        assert not cancelled.done()  # it waits for its open's outcome, not for its cancel
-        await unlock(blocker)
-        outcomes = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 30)
+        outcomes = await cancel_queued_then_unlock(tasks, 4, blocker)
 
         assert isinstance(outcomes[4], asyncio.CancelledError)
         assert store.acquire_groups[len(THREADS) - 1] == 1  # a4's open went with the others

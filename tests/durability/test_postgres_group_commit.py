@@ -21,7 +21,7 @@ from intention_kernel.durability.postgres import PostgresDurability
 from intention_kernel.testing.conformance import make_events, make_result
 
 from .conftest import open_store
-from .pg_locks import lock_lease, queued, unlock, waiting_on_lock
+from .pg_locks import cancel_queued_then_unlock, lock_lease, queued, unlock, waiting_on_lock
 
 THREADS = [f"t{n}" for n in range(8)]
 
@@ -220,12 +220,7 @@ async def test_a_turn_cancelled_while_its_commit_is_queued_learns_the_outcome_fi
     try:
         turns = Turns(store)
         tasks, first = await turns.queue_behind_first(dsn, schema)
-        cancelled = tasks[3]
-        cancelled.cancel()
-        await asyncio.sleep(0.05)
-        assert not cancelled.done()  # it waits for its commit's outcome, not for its cancel
-        await unlock(first)
-        outcomes = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 60)
+        outcomes = await cancel_queued_then_unlock(tasks, 3, first)
 
         assert isinstance(outcomes[3], asyncio.CancelledError)
         assert store.commit_groups[len(THREADS) - 1] == 1  # t3 went with the others
