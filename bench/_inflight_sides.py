@@ -137,6 +137,13 @@ def _ms(seconds: float | None) -> float | None:
 # ---------------------------------------------------------------- the sides
 
 
+def _sent_since(before: Counter[int], now: Counter[int]) -> dict[str, int]:
+    """Statements by the number of turns they carried, sent since ``before``."""
+    sent = Counter(now)
+    sent.subtract(before)
+    return {str(k): v for k, v in sorted(sent.items()) if v}
+
+
 async def ours(spec: dict[str, Any]) -> dict[str, Any]:
     from intention_kernel.durability import open_durability
 
@@ -161,12 +168,8 @@ async def ours(spec: dict[str, Any]) -> dict[str, Any]:
     try:
         report = await drive(turn, spec)
         report["renewal_statements"] = int(turns.renewals.statements) - renewals
-        sizes = Counter(store.commit_groups)
-        sizes.subtract(groups)
-        report["commit_statements_by_size"] = {str(k): v for k, v in sorted(sizes.items()) if v}
-        opened = Counter(store.acquire_groups)
-        opened.subtract(acquires)
-        report["acquire_statements_by_size"] = {str(k): v for k, v in sorted(opened.items()) if v}
+        report["commit_statements_by_size"] = _sent_since(groups, store.commit_groups)
+        report["acquire_statements_by_size"] = _sent_since(acquires, store.acquire_groups)
         return report
     finally:
         await store.close()

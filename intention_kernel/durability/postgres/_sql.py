@@ -143,7 +143,9 @@ LEFT JOIN {s}.turns c ON c.thread_id = $1 AND c.turn_id = h.turn_id""",
             # $1 threads, $2 epochs, $3 owners, $4 ttl: every lease still held renewed in one
             # statement; the owners renewed come back (one per acquisition). The rows are
             # locked in thread order, as every statement that locks several leases does (a
-            # group acquire of another process may want the same rows: no cycle).
+            # group acquire of another process may want the same rows: no cycle); a row is
+            # locked only if it is still held by that epoch and owner (checked again on the
+            # row's latest version), and stays so until the update.
             renew_group=f"""
 WITH held AS (
     SELECT l.thread_id FROM {s}.leases l
@@ -153,9 +155,7 @@ WITH held AS (
     ORDER BY l.thread_id FOR NO KEY UPDATE OF l
 )
 UPDATE {s}.leases l SET expires_at = clock_timestamp() + make_interval(secs => $4::float8)
-FROM held h, unnest($1::text[], $2::int8[], $3::text[]) AS r(thread_id, epoch, owner)
-WHERE l.thread_id = h.thread_id AND l.thread_id = r.thread_id AND l.epoch = r.epoch
-    AND l.owner = r.owner AND l.expires_at <> '-infinity' AND {_SYNC_OFF}
+FROM held h WHERE l.thread_id = h.thread_id AND {_SYNC_OFF}
 RETURNING l.owner""",
             release=f"""
 UPDATE {s}.leases SET expires_at = '-infinity'
