@@ -59,6 +59,7 @@ from .contracts.gateway import (
     ModelResponse,
     StreamingModelGateway,
 )
+from .contracts.schedules import MissedRuns, ScheduleInfo
 from .contracts.sinks import EventSink
 from .kernel import (
     AgentDefinition,
@@ -86,6 +87,7 @@ from .kernel import (
     ProviderWait,
     Response,
     RoundStarted,
+    Schedule,
     StepFinished,
     StepProgress,
     StepStarted,
@@ -101,6 +103,7 @@ from .kernel import (
     define_agent,
     define_capability,
     define_fact,
+    define_schedule,
 )
 
 __all__ = [
@@ -157,6 +160,7 @@ __all__ = [
     "LeaseLostError",
     "Limit",
     "Message",
+    "MissedRuns",
     "ModelGateway",
     "ModelGatewayError",
     "ModelOutputDelta",
@@ -175,6 +179,8 @@ __all__ = [
     "ReconciliationRecord",
     "Response",
     "RoundStarted",
+    "Schedule",
+    "ScheduleInfo",
     "SchemaValidationError",
     "SerializationError",
     "StepFinished",
@@ -200,4 +206,5 @@ __all__ = [
     "define_agent",
     "define_capability",
     "define_fact",
+    "define_schedule",
 ]

@@ -47,6 +47,8 @@ from ._flow_role import FlowStorage
 from ._inbox import Inbox
 from ._inbox_role import InboxStorage
 from ._ledger import reconcile_takes_lease
+from ._schedule_role import ScheduleStorage
+from ._schedules import Schedules
 from ._scope import TurnScopeImpl, open_scope
 from ._writes import LedgerWrites, utc_now
 from .storage import (
@@ -141,6 +143,7 @@ class DurableStore(Generic[LeaseT]):
         json_limits: JsonLimits = DEFAULT_LIMITS,
         clock: Callable[[], datetime] = utc_now,
         flow: FlowStorage | None = None,
+        schedules: ScheduleStorage | None = None,
     ) -> None:
         self.lock_timeout, self.json_limits = check_settings(lock_timeout, json_limits)
         self.roles = StoreRoles(turns, history, outbox, inspection, inbox)
@@ -154,6 +157,11 @@ class DurableStore(Generic[LeaseT]):
         )
         self._counters = (
             None if flow is None else Counters(flow, check_open=self._check_open, clock=clock)
+        )
+        self._schedules = (
+            None
+            if schedules is None
+            else Schedules(schedules, json_limits=self.json_limits, check_open=self._check_open)
         )
         self.record_retry_seconds = 10.0
         """How long a receipt's final write is retried after transient store errors (busy,
@@ -198,6 +206,13 @@ class DurableStore(Generic[LeaseT]):
         if self._inbox is None:
             raise _lacks("inbox")
         return self._inbox
+
+    @property
+    def schedules(self) -> Schedules:
+        """The store's schedule rows (``NOT_SUPPORTED`` for a store built without them)."""
+        if self._schedules is None:
+            raise _lacks("schedules")
+        return self._schedules
 
     @property
     def counters(self) -> Counters:

@@ -28,6 +28,7 @@ from ._results import (
     ProducedFact,
 )
 from ._runtime import CompiledAgent, request_fingerprint
+from ._schedule import Schedule, define_schedule
 from ._states import (
     Confirmation,
     ConfirmationMode,
@@ -93,6 +94,7 @@ __all__ = [
     "Redactor",
     "Response",
     "RoundStarted",
+    "Schedule",
     "StepError",
     "StepFinished",
     "StepProgress",
@@ -115,6 +117,7 @@ __all__ = [
     "define_agent",
     "define_capability",
     "define_fact",
+    "define_schedule",
     "deny",
     "operation_digest",
     "pending_confirmation",

@@ -19,6 +19,7 @@ from ._capability import Capability, Guidance
 from ._function_capability import DEFAULT_VERSION, Function, capability_from
 from ._policies import Policy
 from ._routing import ModelChoice
+from ._schedule import Schedule
 from ._states import Confirmation, ConfirmationMode, Effect, EffectKind
 from ._visibility import FactType
 
@@ -48,6 +49,9 @@ class AgentDefinition:
     budgets: tuple[Budget, ...] = ()
     """Spend limits of this agent's model calls, on top of the kernel's (``docs/budgets.md``);
     not part of the fingerprint: an operator may change them without a new agent version."""
+    schedules: tuple[Schedule, ...] = ()
+    """Turns its workers submit on a cron (``define_schedule``, ``docs/schedules.md``); not
+    part of the fingerprint: a schedule names no checkpoint shape."""
 
     @overload
     def capability(
@@ -173,6 +177,7 @@ def define_agent(
     facts: Sequence[FactType] = (),
     deps_type: type[Any] | None = None,
     budgets: Sequence[Budget] = (),
+    schedules: Sequence[Schedule] = (),
 ) -> AgentDefinition:
     """Record an agent; ``kernel.compile(agent)`` validates it.
 
@@ -184,7 +189,8 @@ def define_agent(
     ``CapabilityContext[Deps]``): a run whose deps are not an instance is refused
     (``INVALID_DEPS``). Not part of the fingerprint: deps are never stored. ``capabilities``
     may be left out and registered with ``@agent.capability`` instead. ``budgets`` bound this
-    agent's model spend (``Budget``), on top of the kernel's.
+    agent's model spend (``Budget``), on top of the kernel's. ``schedules`` are turns the
+    agent's workers submit on a cron (``define_schedule``).
     """
     chosen = sorted((models or {}).items(), key=lambda item: str(item[0]))
     return AgentDefinition(
@@ -199,4 +205,5 @@ def define_agent(
         facts=tuple(facts),
         deps_type=deps_type,
         budgets=tuple(budgets),
+        schedules=tuple(schedules),
     )

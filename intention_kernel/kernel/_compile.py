@@ -25,6 +25,7 @@ from ._capability import Capability, Guidance
 from ._facts import parse_fact_ref
 from ._manifest import build_manifest, manifest_fingerprint
 from ._routing import MODEL_KEYS, TASKS, ModelRoute, is_gateway
+from ._schedule import Schedule
 from ._states import ConfirmationMode, EffectKind, ModelVisibility
 from ._visibility import FactType
 from .consent import summary_fields
@@ -237,6 +238,20 @@ def _check_routes(
                 )
 
 
+def _check_schedules(problems: _Problems, schedules: object) -> None:
+    if not isinstance(schedules, tuple):
+        problems.add("invalid_schedules", "schedules", "expected a sequence of define_schedule()")
+        return
+    seen: set[str] = set()
+    for index, schedule in enumerate(schedules):
+        if not isinstance(schedule, Schedule):
+            problems.add("invalid_schedule", f"schedules[{index}]", "expected define_schedule()")
+        elif schedule.id in seen:
+            problems.add("duplicate_schedule", f"schedule {schedule.id!r}", "ids must be unique")
+        else:
+            seen.add(schedule.id)
+
+
 def check_agent(
     agent: object, *, routes: Mapping[str, ModelRoute | None] | None = None
 ) -> list[dict[str, str]]:
@@ -275,6 +290,7 @@ def check_agent(
         for ref in cap.provides:
             provided.setdefault(str(ref), set()).add(str(cap.id))
         valid.append(cap)
+    _check_schedules(problems, agent.schedules)
     for cap in valid:
         for ref in cap.requires:
             providers = provided.get(str(ref), set()) - {str(cap.id)}

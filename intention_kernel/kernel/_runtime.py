@@ -26,6 +26,7 @@ from ..contracts.events import EventCategory, KernelEvent
 from ..contracts.ids import validate_thread_id, validate_turn_id
 from ..contracts.inbox import InboxRequest, TurnInbox
 from ..contracts.receipts import EffectReceipt
+from ..contracts.schedules import occurrence_turn_id
 from ..contracts.sinks import EventSink
 from ..contracts.turns import DurableTurnResult
 from ..telemetry import Telemetry, db_system
@@ -37,6 +38,8 @@ from ._pipeline.state import Meter
 from ._portal import portal_of
 from ._requests import has_inbox, inbox_of, run_request, submit_request
 from ._response import Response, TurnResult
+from ._schedule import Schedule
+from ._scheduler import Scheduler, schedule_rows_of
 from ._validation import validate_host_context, validate_selection, validate_text, validate_timeout
 from ._watch import Watched, watch_turn
 from ._worker import Worker, WorkerSettings
@@ -200,13 +203,29 @@ class CompiledAgent:
     def worker(self, *, worker_id: str | None = None, **settings: Any) -> Worker:
         """A ``Worker`` running this agent's submitted turns (settings: ``WorkerSettings``);
         ``await worker.run()`` until ``worker.stop()`` drains it."""
+        chosen = WorkerSettings(**settings)
+        schedules = self._runtime.definition.schedules if chosen.schedules else ()
         return Worker(
             functools.partial(run_request, self._run),
             inbox_of(self._durability),
-            WorkerSettings(**settings),
+            chosen,
             metrics=self._telemetry.inbox(self.id),
             worker_id=worker_id,
             local=self._workers,
+            scheduler=(
+                Scheduler(schedules, schedule_rows_of(self._durability), self._submit_occurrence)
+                if schedules
+                else None
+            ),
+        )
+
+    async def _submit_occurrence(self, schedule: Schedule, occurrence: datetime) -> InboxRequest:
+        """One occurrence of a schedule: a submit whose turn id names it (idempotent)."""
+        return await self.submit(
+            thread_id=schedule.thread_id,
+            turn_id=occurrence_turn_id(schedule.id, occurrence),
+            text=schedule.text,
+            host_context={"schedule_id": schedule.id, "occurrence": occurrence.isoformat()},
         )
 
     async def work(self, **settings: Any) -> None:

@@ -33,6 +33,7 @@ from ..contracts.errors import ConfigurationError, KernelError
 from ..contracts.inbox import InboxRequest, RequestState, TurnInbox
 from ._progress_log import ProgressLog
 from ._response import TurnResult
+from ._scheduler import Scheduler
 from .streaming import Progress
 
 __all__ = ["Worker", "WorkerSettings"]
@@ -53,7 +54,8 @@ class WorkerSettings:
     claims before a request is dead. ``backoff``/``max_backoff``: the first and the largest
     delay of a retry. ``turn_timeout``: each turn's deadline (``run(timeout=...)``).
     ``grace``: seconds a drain lets running turns finish. ``progress_retention``: seconds a
-    turn's recorded progress is kept (workers prune older entries every few minutes)."""
+    turn's recorded progress is kept (workers prune older entries every few minutes).
+    ``schedules``: whether the worker also runs the agent's scheduler (``docs/schedules.md``)."""
 
     concurrency: int = 4
     claim_ttl: float = 30.0
@@ -64,6 +66,7 @@ class WorkerSettings:
     turn_timeout: float | None = 600.0
     grace: float = 30.0
     progress_retention: float = 3600.0
+    schedules: bool = True
 
     def __post_init__(self) -> None:
         problems = []
@@ -81,6 +84,8 @@ class WorkerSettings:
         ):
             if not _seconds(getattr(self, name)):
                 problems.append(f"{name} must be a positive number of seconds")
+        if not isinstance(self.schedules, bool):
+            problems.append("schedules must be True or False")
         if self.turn_timeout is not None and not _seconds(self.turn_timeout):
             problems.append("turn_timeout must be a positive number of seconds or None")
         if problems:
@@ -125,6 +130,7 @@ class Worker:
         metrics: Any,
         worker_id: str | None = None,
         local: set[Worker] | None = None,
+        scheduler: Scheduler | None = None,
     ) -> None:
         self._run_turn = run_turn
         self.settings = settings
@@ -142,6 +148,8 @@ class Worker:
         self.completed = 0
         """Requests this worker finished (done, released or dead), for tests and metrics."""
         self._giving_back: set[asyncio.Task[None]] = set()
+        self.scheduler = scheduler
+        """Submits the agent's schedules' occurrences while the worker runs (``None``: none)."""
 
     def stop(self) -> None:
         """Drain: claim nothing more; ``run`` returns once running turns ended (or ``grace``)."""
@@ -198,7 +206,11 @@ class Worker:
         task.add_done_callback(self._giving_back.discard)
 
     async def run(self) -> None:
-        heartbeat = asyncio.get_running_loop().create_task(self._heartbeat())
+        loop = asyncio.get_running_loop()
+        heartbeat = loop.create_task(self._heartbeat())
+        scheduling = None
+        if self.scheduler is not None:
+            scheduling = loop.create_task(self.scheduler.run(self._stopping))
         self._live = True
         if self._local is not None:
             self._local.add(self)
@@ -210,12 +222,17 @@ class Worker:
             if self._local is not None:
                 self._local.discard(self)
             heartbeat.cancel()
+            if scheduling is not None:
+                scheduling.cancel()
             for task in self._running.values():
                 task.cancel()
             if self._running:
                 await asyncio.gather(*self._running.values(), return_exceptions=True)
             with contextlib.suppress(asyncio.CancelledError):
                 await heartbeat
+            if scheduling is not None:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await scheduling
 
     async def _claim_loop(self) -> None:
         """Claim while a claim may find something: at start, after a submit in this process

@@ -47,6 +47,7 @@ from ._flow import MemoryFlow
 from ._inbox import MemoryInbox, mark_done
 from ._inspect import MemoryInspection
 from ._outbox import MemoryOutbox
+from ._schedules import MemorySchedules
 from ._state import Delivery, MemoryStore, TurnRow
 
 __all__ = ["MemoryDurability", "MemoryHistory", "MemoryStore", "MemoryTurns"]
@@ -309,6 +310,7 @@ class MemoryDurability(DurableStore[Lease]):
             inspection=MemoryInspection(state),
             inbox=MemoryInbox(state),
             flow=MemoryFlow(state.flow),
+            schedules=MemorySchedules(state.schedules),
             lock_timeout=lock_timeout,
             json_limits=json_limits,
         )

@@ -12,6 +12,7 @@ from ...contracts.codec import JsonLimits
 from ...contracts.errors import CheckpointCorruptError
 from ...contracts.events import KernelEvent, StoredEvent
 from ...contracts.receipts import EffectReceipt
+from ...contracts.schedules import StoredSchedule
 from .._documents import decode_model, decode_turn, encode_model, unreadable, unreadable_event
 from .._ledger import needs_operator
 from ..storage import StoredTurn
@@ -77,6 +78,8 @@ class MemoryStore:
     """Per turn: its progress items as ``(seq, JSON text, written at)``."""
     flow: FlowState = field(default_factory=FlowState)
     """Budget counters and provider slots (``memory._flow``)."""
+    schedules: dict[str, StoredSchedule] = field(default_factory=dict)
+    """Schedule rows by id (``memory._schedules``)."""
     head_facts: dict[str, tuple[str, str | None]] = field(default_factory=dict)
     """Per head: its agent fingerprint and pending interaction kind, as committed (what the
     SQL stores keep on the head row for the listing filters)."""

@@ -26,6 +26,7 @@ from ._notifier import PostgresNotifier
 from ._outbox import PostgresOutbox
 from ._outbox_sql import OutboxStatements
 from ._reads import PostgresHistory
+from ._schedules import PostgresSchedules
 from ._sql import Statements
 from ._turns import PostgresTurns
 
@@ -139,6 +140,7 @@ class PostgresDurability(DurableStore[PgLease]):
             inspection=PostgresInspection(db),
             inbox=PostgresInbox(db, inbox_sql, turns.handed),
             flow=PostgresFlow(db),
+            schedules=PostgresSchedules(db),
             lock_timeout=lock_timeout,
             json_limits=json_limits,
         )

@@ -315,6 +315,17 @@ MIGRATIONS: tuple[str, ...] = (
     """,
     # 8: budget counters and provider slots (``_flow_schema``).
     FLOW_MIGRATION,
+    # 9: schedules (``_schedules``): the definition a scheduler last registered, the moment its
+    # occurrences count from and the latest occurrence dealt with.
+    """
+    CREATE TABLE {s}.schedules (
+        schedule_id     text PRIMARY KEY,
+        definition      text NOT NULL,
+        anchor          timestamptz NOT NULL,
+        seen_at         timestamptz NOT NULL,
+        last_occurrence timestamptz
+    );
+    """,
 )
 
 

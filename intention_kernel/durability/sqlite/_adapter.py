@@ -27,6 +27,7 @@ from ._inspect import SQLiteInspection
 from ._lease import LockFiles
 from ._location import check_local, parse_location
 from ._outbox import SQLiteOutbox
+from ._schedules import SQLiteSchedules
 from ._turns import SQLiteLease, SQLiteTurns
 
 __all__ = ["SQLiteDurability"]
@@ -81,6 +82,7 @@ class SQLiteDurability(DurableStore[SQLiteLease]):
             inspection=SQLiteInspection(db, files),
             inbox=SQLiteInbox(db),
             flow=SQLiteFlow(db),
+            schedules=SQLiteSchedules(db),
             lock_timeout=lock_timeout,
             json_limits=json_limits,
         )

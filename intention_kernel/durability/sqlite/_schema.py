@@ -213,6 +213,17 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             tickets INTEGER NOT NULL
         ) WITHOUT ROWID""",
     ),
+    # 7: schedules (``_schedules``): the definition a scheduler last registered, the moment
+    # its occurrences count from and the latest occurrence dealt with (UTC ISO text).
+    (
+        """CREATE TABLE ik_schedules (
+            schedule_id TEXT PRIMARY KEY,
+            definition TEXT NOT NULL,
+            anchor TEXT NOT NULL,
+            seen_at TEXT NOT NULL,
+            last_occurrence TEXT
+        ) WITHOUT ROWID""",
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,0 +1,34 @@
+"""``ScheduleStorage``: the optional storage role of schedules (``contracts.schedules``).
+
+Each member is one short transaction on the store's clock. Nothing here decides what runs: the
+occurrences themselves are inbox submissions (idempotent on their turn ids); these rows only
+keep, per schedule, the definition last registered, the moment its occurrences count from and
+the latest occurrence a scheduler dealt with, for the ``missed`` policy and for operators.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Protocol
+
+from ..contracts.schedules import StoredSchedule
+
+__all__ = ["ScheduleStorage", "StoredSchedule"]
+
+
+class ScheduleStorage(Protocol):
+    """The storage side of ``Schedules`` (``store.schedules``)."""
+
+    async def register(self, schedule_id: str, definition: str) -> StoredSchedule:
+        """Insert the schedule (``anchor`` and ``seen_at`` now), or: with another definition,
+        store it and move ``anchor`` to now; with the same, only ``seen_at``. Returns the row."""
+        ...
+
+    async def advance(self, schedule_id: str, occurrence: datetime) -> None:
+        """``last_occurrence`` becomes ``occurrence`` unless it is already as late (it never
+        goes back); an unknown schedule is left alone."""
+        ...
+
+    async def list_schedules(self) -> list[StoredSchedule]:
+        """Every stored schedule, by id."""
+        ...

@@ -1,0 +1,42 @@
+"""``MemorySchedules``: the ``ScheduleStorage`` role of the test-only memory store."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from datetime import datetime
+
+from ...contracts.schedules import StoredSchedule
+from .._writes import utc_now
+
+__all__ = ["MemorySchedules"]
+
+
+class MemorySchedules:
+    """``ScheduleStorage`` over a dict of rows by schedule id."""
+
+    def __init__(
+        self, rows: dict[str, StoredSchedule], *, clock: Callable[[], datetime] = utc_now
+    ) -> None:
+        self.rows = rows
+        self.clock = clock
+
+    async def register(self, schedule_id: str, definition: str) -> StoredSchedule:
+        now = self.clock()
+        row = self.rows.get(schedule_id)
+        if row is None:
+            row = StoredSchedule(schedule_id, definition, now, now, None)
+        elif row.definition != definition:
+            row = dataclasses.replace(row, definition=definition, anchor=now, seen_at=now)
+        else:
+            row = dataclasses.replace(row, seen_at=now)
+        self.rows[schedule_id] = row
+        return row
+
+    async def advance(self, schedule_id: str, occurrence: datetime) -> None:
+        row = self.rows.get(schedule_id)
+        if row is not None and (row.last_occurrence is None or row.last_occurrence < occurrence):
+            self.rows[schedule_id] = dataclasses.replace(row, last_occurrence=occurrence)
+
+    async def list_schedules(self) -> list[StoredSchedule]:
+        return [self.rows[key] for key in sorted(self.rows)]

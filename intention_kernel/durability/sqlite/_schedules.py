@@ -1,0 +1,78 @@
+"""``SQLiteSchedules``: the ``ScheduleStorage`` role of the embedded store (``ik_schedules``).
+
+Times are UTC ISO text of fixed width (``_inbox_rows.iso``), so ``max`` of the text is the
+latest time. A row whose times cannot be read back is reported as ``CHECKPOINT_CORRUPT``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from ...contracts.errors import CheckpointCorruptError
+from ...contracts.schedules import StoredSchedule
+from .._writes import utc_now
+from ._connection import Connection
+from ._inbox_rows import iso, read_time
+
+__all__ = ["SQLiteSchedules"]
+
+_COLUMNS = "schedule_id, CAST(definition AS BLOB), anchor, seen_at, last_occurrence"
+
+
+def _row(found: tuple[Any, ...]) -> StoredSchedule:
+    schedule_id, definition, anchor, seen_at, last = found
+    anchor_at, seen = read_time(anchor), read_time(seen_at)
+    last_at = read_time(last)
+    try:
+        text = definition.decode("utf-8")
+    except (AttributeError, UnicodeDecodeError):
+        text = None
+    if text is None or anchor_at is None or seen is None or (last is not None and last_at is None):
+        raise CheckpointCorruptError(
+            "a stored schedule cannot be read", context={"schedule_id": str(schedule_id)}
+        )
+    return StoredSchedule(str(schedule_id), text, anchor_at, seen, last_at)
+
+
+class SQLiteSchedules:
+    """``ScheduleStorage`` over the ``ik_schedules`` table of one SQLite ``Connection``."""
+
+    def __init__(self, db: Connection, *, clock: Callable[[], datetime] = utc_now) -> None:
+        self._db = db
+        self._now = clock
+
+    async def register(self, schedule_id: str, definition: str) -> StoredSchedule:
+        def register(conn: sqlite3.Connection) -> StoredSchedule:
+            now = iso(self._now())
+            found = conn.execute(
+                "INSERT INTO ik_schedules (schedule_id, definition, anchor, seen_at)"
+                " VALUES (?1, ?2, ?3, ?3) ON CONFLICT (schedule_id) DO UPDATE SET seen_at = ?3,"
+                " anchor = CASE WHEN definition = ?2 THEN anchor ELSE ?3 END, definition = ?2"
+                f" RETURNING {_COLUMNS}",
+                (schedule_id, definition, now),
+            ).fetchone()
+            return _row(found)
+
+        return await self._db.write(register, what="schedule register")
+
+    async def advance(self, schedule_id: str, occurrence: datetime) -> None:
+        at = iso(occurrence)
+
+        def advance(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "UPDATE ik_schedules SET last_occurrence = ?2 WHERE schedule_id = ?1"
+                " AND (last_occurrence IS NULL OR last_occurrence < ?2)",
+                (schedule_id, at),
+            )
+
+        await self._db.write(advance, what="schedule advance")
+
+    async def list_schedules(self) -> list[StoredSchedule]:
+        def rows(conn: sqlite3.Connection) -> list[StoredSchedule]:
+            found = conn.execute(f"SELECT {_COLUMNS} FROM ik_schedules ORDER BY schedule_id")
+            return [_row(row) for row in found.fetchall()]
+
+        return await self._db.read(rows, what="schedule list")
