@@ -74,9 +74,11 @@ class StoredSchedule:
 class ScheduleRows(Protocol):
     """A store's schedule rows (``store.schedules``), as schedulers and operators use them."""
 
-    async def register(self, schedule_id: str, definition: Mapping[str, Any]) -> StoredSchedule:
-        """Record the definition a scheduler runs; a changed one counts its occurrences from
-        now (``anchor``)."""
+    async def register(
+        self, schedule_id: str, definition: Mapping[str, Any], now: datetime
+    ) -> StoredSchedule:
+        """Record the definition a scheduler runs, at ``now`` by its clock; a changed one
+        counts its occurrences from ``now`` (``anchor``)."""
         ...
 
     async def advance(self, schedule_id: str, occurrence: datetime) -> None:

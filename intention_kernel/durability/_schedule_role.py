@@ -1,6 +1,7 @@
 """``ScheduleStorage``: the optional storage role of schedules (``contracts.schedules``).
 
-Each member is one short transaction on the store's clock. Nothing here decides what runs: the
+Each member is one short transaction. Times are the schedulers' own (they compare them with
+their clock, not the store's). Nothing here decides what runs: the
 occurrences themselves are inbox submissions (idempotent on their turn ids); these rows only
 keep, per schedule, the definition last registered, the moment its occurrences count from and
 the latest occurrence a scheduler dealt with, for the ``missed`` policy and for operators.
@@ -19,9 +20,10 @@ __all__ = ["ScheduleStorage", "StoredSchedule"]
 class ScheduleStorage(Protocol):
     """The storage side of ``Schedules`` (``store.schedules``)."""
 
-    async def register(self, schedule_id: str, definition: str) -> StoredSchedule:
-        """Insert the schedule (``anchor`` and ``seen_at`` now), or: with another definition,
-        store it and move ``anchor`` to now; with the same, only ``seen_at``. Returns the row."""
+    async def register(self, schedule_id: str, definition: str, now: datetime) -> StoredSchedule:
+        """Insert the schedule (``anchor`` and ``seen_at`` ``now``), or: with another definition,
+        store it and move ``anchor`` to ``now``; with the same, only ``seen_at``. Returns the
+        row."""
         ...
 
     async def advance(self, schedule_id: str, occurrence: datetime) -> None:

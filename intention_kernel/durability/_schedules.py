@@ -33,10 +33,13 @@ class Schedules:
         self.json_limits = json_limits
         self._check_open = check_open
 
-    async def register(self, schedule_id: str, definition: Mapping[str, Any]) -> StoredSchedule:
-        """Record what a scheduler runs ``schedule_id`` with; a changed definition counts its
-        occurrences from now."""
+    async def register(
+        self, schedule_id: str, definition: Mapping[str, Any], now: datetime
+    ) -> StoredSchedule:
+        """Record what a scheduler runs ``schedule_id`` with, at ``now`` by its clock; a
+        changed definition counts its occurrences from ``now``."""
         validate_id(schedule_id, "schedule_id")
+        _aware(now, "now")
         if not isinstance(definition, Mapping):
             raise InvalidInputError("definition must be a mapping", context={"field": "definition"})
         codec.check(dict(definition), limits=self.json_limits, what="definition")
@@ -46,15 +49,12 @@ class Schedules:
                 "the schedule definition is too large to store", context={"field": "definition"}
             )
         self._check_open()
-        return await self.storage.register(schedule_id, text)
+        return await self.storage.register(schedule_id, text, now)
 
     async def advance(self, schedule_id: str, occurrence: datetime) -> None:
         """Record ``occurrence`` as dealt with (submitted, or passed over as missed)."""
         validate_id(schedule_id, "schedule_id")
-        if not isinstance(occurrence, datetime) or occurrence.tzinfo is None:
-            raise InvalidInputError(
-                "occurrence must be a timezone-aware datetime", context={"field": "occurrence"}
-            )
+        _aware(occurrence, "occurrence")
         self._check_open()
         await self.storage.advance(schedule_id, occurrence)
 
@@ -62,3 +62,10 @@ class Schedules:
         """Every stored schedule, by id."""
         self._check_open()
         return await self.storage.list_schedules()
+
+
+def _aware(value: object, field: str) -> None:
+    if not isinstance(value, datetime) or value.tzinfo is None:
+        raise InvalidInputError(
+            f"{field} must be a timezone-aware datetime", context={"field": field}
+        )

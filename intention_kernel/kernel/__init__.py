@@ -29,6 +29,7 @@ from ._results import (
 )
 from ._runtime import CompiledAgent, request_fingerprint
 from ._schedule import Schedule, define_schedule
+from ._scheduler import Scheduler
 from ._states import (
     Confirmation,
     ConfirmationMode,
@@ -95,6 +96,7 @@ __all__ = [
     "Response",
     "RoundStarted",
     "Schedule",
+    "Scheduler",
     "StepError",
     "StepFinished",
     "StepProgress",

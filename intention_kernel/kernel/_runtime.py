@@ -39,7 +39,7 @@ from ._portal import portal_of
 from ._requests import has_inbox, inbox_of, run_request, submit_request
 from ._response import Response, TurnResult
 from ._schedule import Schedule
-from ._scheduler import Scheduler, schedule_rows_of
+from ._scheduler import Scheduler, schedule_rows_of, utc_now
 from ._validation import validate_host_context, validate_selection, validate_text, validate_timeout
 from ._watch import Watched, watch_turn
 from ._worker import Worker, WorkerSettings
@@ -204,7 +204,7 @@ class CompiledAgent:
         """A ``Worker`` running this agent's submitted turns (settings: ``WorkerSettings``);
         ``await worker.run()`` until ``worker.stop()`` drains it."""
         chosen = WorkerSettings(**settings)
-        schedules = self._runtime.definition.schedules if chosen.schedules else ()
+        scheduled = chosen.schedules and bool(self._runtime.definition.schedules)
         return Worker(
             functools.partial(run_request, self._run),
             inbox_of(self._durability),
@@ -212,20 +212,33 @@ class CompiledAgent:
             metrics=self._telemetry.inbox(self.id),
             worker_id=worker_id,
             local=self._workers,
-            scheduler=(
-                Scheduler(schedules, schedule_rows_of(self._durability), self._submit_occurrence)
-                if schedules
-                else None
-            ),
+            scheduler=self.scheduler() if scheduled else None,
         )
 
-    async def _submit_occurrence(self, schedule: Schedule, occurrence: datetime) -> InboxRequest:
-        """One occurrence of a schedule: a submit whose turn id names it (idempotent)."""
+    def scheduler(self, *, clock: Callable[[], datetime] | None = None) -> Scheduler:
+        """The scheduler of this agent's schedules (a worker runs one unless
+        ``schedules=False``); ``await scheduler.run(stop_event)`` runs it alone."""
+        return Scheduler(
+            self._runtime.definition.schedules,
+            schedule_rows_of(self._durability),
+            self._submit_occurrence,
+            clock=clock or utc_now,
+        )
+
+    async def _submit_occurrence(
+        self, schedule: Schedule, occurrence: datetime, catch_up: bool
+    ) -> InboxRequest:
+        """One occurrence of a schedule: a submit whose turn id names it (idempotent); the
+        turn's host context names the schedule, the occurrence and whether it catches up."""
         return await self.submit(
             thread_id=schedule.thread_id,
             turn_id=occurrence_turn_id(schedule.id, occurrence),
             text=schedule.text,
-            host_context={"schedule_id": schedule.id, "occurrence": occurrence.isoformat()},
+            host_context={
+                "schedule_id": schedule.id,
+                "occurrence": occurrence.isoformat(),
+                "catch_up": catch_up,
+            },
         )
 
     async def work(self, **settings: Any) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -78,26 +79,31 @@ class Schedule:
             "grace": self.grace,
         }
 
+    def _walk(self, start: datetime, *, reverse: bool = False) -> Iterator[datetime]:
+        """Occurrences strictly after ``start`` (before it, ``reverse``), in UTC. ``cronsim``
+        counts in wall time: from inside a repeated hour it can name the first instance of a
+        wall time, already past; those are passed over."""
+        for found in CronSim(self.cron, start.astimezone(ZoneInfo(self.timezone)), reverse=reverse):
+            moment = _as_utc(found)
+            if (moment < start) if reverse else (moment > start):
+                yield moment
+
     def next_after(self, moment: datetime) -> datetime:
         """The first occurrence strictly after ``moment``."""
-        return _as_utc(next(CronSim(self.cron, moment.astimezone(ZoneInfo(self.timezone)))))
+        return next(self._walk(moment))
 
     def due(self, *, since: datetime, now: datetime) -> Due:
         """The occurrences in ``(since, now]``: those less than ``grace`` seconds late are on
         time; of the older ones (missed), ``catch_up_one`` runs the latest."""
-        zone = ZoneInfo(self.timezone)
         grace = timedelta(seconds=self.grace)
         on_time: list[datetime] = []
-        for found in CronSim(self.cron, max(since, now - grace).astimezone(zone)):
-            moment = _as_utc(found)
+        for moment in self._walk(max(since, now - grace)):
             if moment > now or len(on_time) == _MAX_DUE:
                 break
             on_time.append(moment)
         missed = None
         if since < now - grace:  # the latest occurrence at or before now - grace, if after since
-            latest = _as_utc(
-                next(CronSim(self.cron, (now - grace + _TICK).astimezone(zone), reverse=True))
-            )
+            latest = next(self._walk(now - grace + _TICK, reverse=True))
             missed = latest if latest > since else None
         last = on_time[-1] if on_time else missed
         catch_up = missed if self.missed is MissedRuns.CATCH_UP_ONE else None

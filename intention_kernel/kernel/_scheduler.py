@@ -25,7 +25,7 @@ from ..contracts.errors import ErrorCode, KernelError, UsageError
 from ..contracts.schedules import ScheduleRows, occurrence_turn_id
 from ._schedule import Schedule
 
-__all__ = ["Scheduler", "SubmitOccurrence", "schedule_rows_of"]
+__all__ = ["Scheduler", "SubmitOccurrence", "schedule_rows_of", "utc_now"]
 
 log = logging.getLogger("intention_kernel.schedules")
 
@@ -34,10 +34,11 @@ RETRY = 1.0
 REGISTER_EVERY = 300.0
 """Seconds between registrations of the same schedules (operators see ``seen_at`` move)."""
 
-SubmitOccurrence = Callable[[Schedule, datetime], Awaitable[object]]
+SubmitOccurrence = Callable[[Schedule, datetime, bool], Awaitable[object]]
+"""Submits one occurrence (the flag: it is the one missed occurrence ``catch_up_one`` runs)."""
 
 
-def _utc_now() -> datetime:
+def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
@@ -66,7 +67,7 @@ class Scheduler:
         rows: ScheduleRows,
         submit: SubmitOccurrence,
         *,
-        clock: Callable[[], datetime] = _utc_now,
+        clock: Callable[[], datetime] = utc_now,
     ) -> None:
         self.schedules = tuple(schedules)
         self._rows = rows
@@ -79,7 +80,7 @@ class Scheduler:
     async def register(self) -> None:
         """Record every schedule's definition; learn from when its occurrences count."""
         for schedule in self.schedules:
-            row = await self._rows.register(schedule.id, schedule.definition())
+            row = await self._rows.register(schedule.id, schedule.definition(), self._clock())
             since = (
                 row.anchor if row.last_occurrence is None else max(row.anchor, row.last_occurrence)
             )
@@ -94,7 +95,7 @@ class Scheduler:
             since = self._since[schedule.id]
             due = schedule.due(since=since, now=now)
             for occurrence in due.submits:
-                await self._submit_one(schedule, occurrence)
+                await self._submit_one(schedule, occurrence, occurrence == due.catch_up)
             if due.last is not None:
                 await self._rows.advance(schedule.id, due.last)
                 self._since[schedule.id] = since = due.last
@@ -102,9 +103,9 @@ class Scheduler:
             wait = min(wait, (upcoming - now).total_seconds())
         return max(wait, 0.0)
 
-    async def _submit_one(self, schedule: Schedule, occurrence: datetime) -> None:
+    async def _submit_one(self, schedule: Schedule, occurrence: datetime, catch_up: bool) -> None:
         try:
-            await self._submit(schedule, occurrence)
+            await self._submit(schedule, occurrence, catch_up)
         except KernelError as exc:
             if exc.code is not ErrorCode.TURN_ID_REUSED:
                 raise

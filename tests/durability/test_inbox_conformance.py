@@ -1,4 +1,5 @@
-"""The turn inbox conformance suite on every store: memory, SQLite and PostgreSQL."""
+"""The turn inbox conformance suite, and its schedule part, on every store: memory, SQLite
+and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from intention_kernel.testing.conformance.inbox import (
     InboxHarness,
     InboxStore,
 )
+from intention_kernel.testing.conformance.schedules import ScheduleConformance
 from tests.support.postgres import drop_schema, scratch_schema
 
 
@@ -112,6 +114,24 @@ class TestSQLiteInbox(InboxConformance):
 
 
 class TestPostgresInbox(InboxConformance):
+    @pytest.fixture
+    def inbox_harness(self, dsn: str) -> PostgresInboxHarness:
+        return PostgresInboxHarness(dsn)
+
+
+class TestMemorySchedules(ScheduleConformance):
+    @pytest.fixture
+    def inbox_harness(self) -> MemoryInboxHarness:
+        return MemoryInboxHarness()
+
+
+class TestSQLiteSchedules(ScheduleConformance):
+    @pytest.fixture
+    def inbox_harness(self, tmp_path: Path) -> SQLiteInboxHarness:
+        return SQLiteInboxHarness(tmp_path)
+
+
+class TestPostgresSchedules(ScheduleConformance):
     @pytest.fixture
     def inbox_harness(self, dsn: str) -> PostgresInboxHarness:
         return PostgresInboxHarness(dsn)

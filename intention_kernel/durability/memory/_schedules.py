@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from datetime import datetime
 
 from ...contracts.schedules import StoredSchedule
-from .._writes import utc_now
 
 __all__ = ["MemorySchedules"]
 
@@ -15,14 +13,10 @@ __all__ = ["MemorySchedules"]
 class MemorySchedules:
     """``ScheduleStorage`` over a dict of rows by schedule id."""
 
-    def __init__(
-        self, rows: dict[str, StoredSchedule], *, clock: Callable[[], datetime] = utc_now
-    ) -> None:
+    def __init__(self, rows: dict[str, StoredSchedule]) -> None:
         self.rows = rows
-        self.clock = clock
 
-    async def register(self, schedule_id: str, definition: str) -> StoredSchedule:
-        now = self.clock()
+    async def register(self, schedule_id: str, definition: str, now: datetime) -> StoredSchedule:
         row = self.rows.get(schedule_id)
         if row is None:
             row = StoredSchedule(schedule_id, definition, now, now, None)

@@ -1,6 +1,6 @@
 """``PostgresSchedules``: the ``ScheduleStorage`` role of the PostgreSQL store (migration 9).
 
-Each member is one statement on the database clock. A registration and an advance are
+Each member is one statement; its times are the schedulers' own. A registration and an advance are
 bookkeeping: losing one to a crash makes a scheduler submit an occurrence again (an idempotent
 submit: the same request) or count a changed definition from a little later.
 """
@@ -36,7 +36,7 @@ class PostgresSchedules:
         s = f'"{db.schema}"'
         self._register = (
             f"INSERT INTO {s}.schedules AS r (schedule_id, definition, anchor, seen_at)"
-            " VALUES ($1, $2, clock_timestamp(), clock_timestamp())"
+            " VALUES ($1, $2, $3, $3)"
             " ON CONFLICT (schedule_id) DO UPDATE SET seen_at = excluded.seen_at,"
             " anchor = CASE WHEN r.definition = excluded.definition THEN r.anchor"
             " ELSE excluded.anchor END, definition = excluded.definition"
@@ -48,8 +48,8 @@ class PostgresSchedules:
         )
         self._list = f"SELECT {_COLUMNS} FROM {s}.schedules ORDER BY schedule_id"
 
-    async def register(self, schedule_id: str, definition: str) -> StoredSchedule:
-        return _row(await self._db.fetchrow(self._register, schedule_id, definition))
+    async def register(self, schedule_id: str, definition: str, now: datetime) -> StoredSchedule:
+        return _row(await self._db.fetchrow(self._register, schedule_id, definition, now))
 
     async def advance(self, schedule_id: str, occurrence: datetime) -> None:
         await self._db.execute(self._advance, schedule_id, occurrence)

@@ -7,13 +7,11 @@ latest time. A row whose times cannot be read back is reported as ``CHECKPOINT_C
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 from ...contracts.errors import CheckpointCorruptError
 from ...contracts.schedules import StoredSchedule
-from .._writes import utc_now
 from ._connection import Connection
 from ._inbox_rows import iso, read_time
 
@@ -40,19 +38,19 @@ def _row(found: tuple[Any, ...]) -> StoredSchedule:
 class SQLiteSchedules:
     """``ScheduleStorage`` over the ``ik_schedules`` table of one SQLite ``Connection``."""
 
-    def __init__(self, db: Connection, *, clock: Callable[[], datetime] = utc_now) -> None:
+    def __init__(self, db: Connection) -> None:
         self._db = db
-        self._now = clock
 
-    async def register(self, schedule_id: str, definition: str) -> StoredSchedule:
+    async def register(self, schedule_id: str, definition: str, now: datetime) -> StoredSchedule:
+        at = iso(now)
+
         def register(conn: sqlite3.Connection) -> StoredSchedule:
-            now = iso(self._now())
             found = conn.execute(
                 "INSERT INTO ik_schedules (schedule_id, definition, anchor, seen_at)"
                 " VALUES (?1, ?2, ?3, ?3) ON CONFLICT (schedule_id) DO UPDATE SET seen_at = ?3,"
                 " anchor = CASE WHEN definition = ?2 THEN anchor ELSE ?3 END, definition = ?2"
                 f" RETURNING {_COLUMNS}",
-                (schedule_id, definition, now),
+                (schedule_id, definition, at),
             ).fetchone()
             return _row(found)
 
