@@ -59,7 +59,7 @@ from .contracts.gateway import (
     ModelResponse,
     StreamingModelGateway,
 )
-from .contracts.schedules import MissedRuns, ScheduleInfo
+from .contracts.inbox import MissedRuns, ScheduleInfo
 from .contracts.sinks import EventSink
 from .kernel import (
     AgentDefinition,

@@ -22,6 +22,7 @@ from . import _inbox as inbox
 from . import _maintenance as maintenance
 from . import _outbox as outbox
 from . import _receipts as receipts
+from . import _schedules as schedules
 from . import _serve as serve
 from . import _threads as threads
 from . import _worker as worker
@@ -115,6 +116,7 @@ for module in (
     budgets,
     outbox,
     inbox,
+    schedules,
     worker,
     extras,
     serve,

@@ -20,6 +20,10 @@ request of the thread holds a live claim. Requests of one thread so run in submi
 one at a time; a ``dead`` request no longer holds its thread back. Times come from the store's
 clock.
 
+**Schedules** (``MissedRuns``, ``ScheduleRows``): each occurrence of a schedule is a request
+whose turn id names it (``occurrence_turn_id``), so it runs once however many schedulers submit
+it; the store keeps per schedule what ``missed`` runs need and operators read.
+
 **Progress** of a running turn (``ProgressEntry``) is written without waiting for durability:
 it may be lost in a crash. The committed turn result is the truth.
 """
@@ -34,14 +38,27 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import JsonValue
 
+from ._schedules import (
+    MissedRuns,
+    ScheduleInfo,
+    ScheduleRows,
+    StoredSchedule,
+    occurrence_turn_id,
+)
+
 __all__ = [
     "InboxRequest",
     "InboxStats",
+    "MissedRuns",
     "OperatorAction",
     "ProgressEntry",
     "RequestState",
+    "ScheduleInfo",
+    "ScheduleRows",
+    "StoredSchedule",
     "TurnInbox",
     "Wakeup",
+    "occurrence_turn_id",
 ]
 
 

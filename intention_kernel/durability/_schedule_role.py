@@ -1,4 +1,4 @@
-"""``ScheduleStorage``: the optional storage role of schedules (``contracts.schedules``).
+"""``ScheduleStorage``: the optional storage role of schedules (``contracts.inbox``).
 
 Each member is one short transaction. Times are the schedulers' own (they compare them with
 their clock, not the store's). Nothing here decides what runs: the
@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Protocol
 
-from ..contracts.schedules import StoredSchedule
+from ..contracts.inbox import StoredSchedule
 
 __all__ = ["ScheduleStorage", "StoredSchedule"]
 

@@ -15,7 +15,7 @@ from ..contracts import codec
 from ..contracts.codec import JsonLimits
 from ..contracts.errors import InvalidInputError
 from ..contracts.ids import validate_id
-from ..contracts.schedules import StoredSchedule
+from ..contracts.inbox import StoredSchedule
 from ._schedule_role import ScheduleStorage
 
 __all__ = ["MAX_DEFINITION_BYTES", "Schedules"]

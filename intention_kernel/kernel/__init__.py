@@ -28,7 +28,7 @@ from ._results import (
     ProducedFact,
 )
 from ._runtime import CompiledAgent, request_fingerprint
-from ._schedule import Schedule, define_schedule
+from ._schedule import Schedule, define_schedule, describe_schedule
 from ._scheduler import Scheduler
 from ._states import (
     Confirmation,
@@ -121,6 +121,7 @@ __all__ = [
     "define_fact",
     "define_schedule",
     "deny",
+    "describe_schedule",
     "operation_digest",
     "pending_confirmation",
     "provider_idempotency_key",

@@ -8,6 +8,8 @@ fingerprint is ``run``'s, so a submitted turn and a direct ``run`` of the same i
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
@@ -25,7 +27,20 @@ from ._validation import validate_host_context, validate_selection, validate_tex
 from ._worker import Worker
 from .streaming import Progress
 
-__all__ = ["has_inbox", "inbox_of", "run_request", "submit_request"]
+__all__ = ["has_inbox", "inbox_of", "request_fingerprint", "run_request", "submit_request"]
+
+
+def request_fingerprint(text: str, selection: Mapping[str, JsonValue] | None) -> str:
+    """Same turn id + different request = ``TURN_ID_REUSED`` (host context is not part of it).
+
+    Equal to ``codec.fingerprint`` of ``{"text", "selection"}``; both parts were already checked
+    by the codec's rules in ``validation``, so the canonical JSON is hashed directly.
+    """
+    payload = {"selection": None if selection is None else dict(selection), "text": text}
+    canonical = json.dumps(
+        payload, ensure_ascii=False, allow_nan=False, separators=(",", ":"), sort_keys=True
+    )
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
 def inbox_of(durability: Durability) -> TurnInbox:

@@ -11,11 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import hashlib
-import json
 import time
 from collections.abc import AsyncIterator, Callable, Generator, Mapping, Sequence
-from datetime import datetime
 from typing import Any
 
 from pydantic import JsonValue
@@ -24,44 +21,28 @@ from ..contracts.durability import Durability, TurnScope
 from ..contracts.errors import TurnTimeoutError
 from ..contracts.events import EventCategory, KernelEvent
 from ..contracts.ids import validate_thread_id, validate_turn_id
-from ..contracts.inbox import InboxRequest, TurnInbox
+from ..contracts.inbox import TurnInbox
 from ..contracts.receipts import EffectReceipt
-from ..contracts.schedules import occurrence_turn_id
 from ..contracts.sinks import EventSink
 from ..contracts.turns import DurableTurnResult
 from ..telemetry import Telemetry, db_system
+from ._agent_inbox import AgentInbox
 from ._compat import Compatibility, admit_checkpoint
 from ._context import TurnInfo, turn_deps
 from ._events import EventRecorder, Redactor, publish
 from ._pipeline import AgentRuntime, TurnState, run_pipeline
 from ._pipeline.state import Meter
 from ._portal import portal_of
-from ._requests import has_inbox, inbox_of, run_request, submit_request
+from ._requests import has_inbox, request_fingerprint, run_request
 from ._response import Response, TurnResult
-from ._schedule import Schedule
-from ._scheduler import Scheduler, schedule_rows_of, utc_now
 from ._validation import validate_host_context, validate_selection, validate_text, validate_timeout
-from ._watch import Watched, watch_turn
-from ._worker import Worker, WorkerSettings
+from ._worker import Worker
 from .streaming import Progress, ProgressRecorder, StreamItem, drive
 
 __all__ = ["CompiledAgent", "request_fingerprint"]
 
 
-def request_fingerprint(text: str, selection: Mapping[str, JsonValue] | None) -> str:
-    """Same turn id + different request = ``TURN_ID_REUSED`` (host context is not part of it).
-
-    Equal to ``codec.fingerprint`` of ``{"text", "selection"}``; both parts were already checked
-    by the codec's rules in ``validation``, so the canonical JSON is hashed directly.
-    """
-    payload = {"selection": None if selection is None else dict(selection), "text": text}
-    canonical = json.dumps(
-        payload, ensure_ascii=False, allow_nan=False, separators=(",", ":"), sort_keys=True
-    )
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
-
-
-class CompiledAgent:
+class CompiledAgent(AgentInbox):
     """A validated agent bound to a kernel's durability, model, ports and limits."""
 
     def __init__(
@@ -84,6 +65,7 @@ class CompiledAgent:
         self._compat = compatibility
         self._durability = durability
         self._inbox = has_inbox(durability)  # looked up once: a protocol check is not free
+        self._run_request = functools.partial(run_request, self._run)
         self._workers: set[Worker] = set()
         """This agent's running workers: a submit hands its request to one with a free slot."""
         self._redact = redact
@@ -170,89 +152,6 @@ class CompiledAgent:
             lambda progress: self._run(
                 thread_id, turn_id, text, selection, host_context, timeout, progress, deps
             )
-        )
-
-    async def submit(
-        self,
-        *,
-        thread_id: str,
-        turn_id: str,
-        text: str,
-        selection: Mapping[str, JsonValue] | None = None,
-        host_context: Mapping[str, Any] | None = None,
-        not_before: datetime | None = None,
-    ) -> InboxRequest:
-        """Record the turn in the store's inbox and return at once; a worker runs it.
-
-        Idempotent on the ids (``TURN_ID_REUSED`` for another request); the same turn as a
-        direct ``run``. ``host_context`` must be JSON (it is stored); ``not_before`` (aware)
-        delays it. See ``docs/inbox.md``."""
-        return await submit_request(
-            self._inbox,
-            self._workers,
-            self._runtime.limits,
-            request_fingerprint,
-            thread_id=thread_id,
-            turn_id=turn_id,
-            text=text,
-            selection=selection,
-            host_context=host_context,
-            not_before=not_before,
-        )
-
-    def worker(self, *, worker_id: str | None = None, **settings: Any) -> Worker:
-        """A ``Worker`` running this agent's submitted turns (settings: ``WorkerSettings``);
-        ``await worker.run()`` until ``worker.stop()`` drains it."""
-        chosen = WorkerSettings(**settings)
-        scheduled = chosen.schedules and bool(self._runtime.definition.schedules)
-        return Worker(
-            functools.partial(run_request, self._run),
-            inbox_of(self._durability),
-            chosen,
-            metrics=self._telemetry.inbox(self.id),
-            worker_id=worker_id,
-            local=self._workers,
-            scheduler=self.scheduler() if scheduled else None,
-        )
-
-    def scheduler(self, *, clock: Callable[[], datetime] | None = None) -> Scheduler:
-        """The scheduler of this agent's schedules (a worker runs one unless
-        ``schedules=False``); ``await scheduler.run(stop_event)`` runs it alone."""
-        return Scheduler(
-            self._runtime.definition.schedules,
-            schedule_rows_of(self._durability),
-            self._submit_occurrence,
-            clock=clock or utc_now,
-        )
-
-    async def _submit_occurrence(
-        self, schedule: Schedule, occurrence: datetime, catch_up: bool
-    ) -> InboxRequest:
-        """One occurrence of a schedule: a submit whose turn id names it (idempotent); the
-        turn's host context names the schedule, the occurrence and whether it catches up."""
-        return await self.submit(
-            thread_id=schedule.thread_id,
-            turn_id=occurrence_turn_id(schedule.id, occurrence),
-            text=schedule.text,
-            host_context={
-                "schedule_id": schedule.id,
-                "occurrence": occurrence.isoformat(),
-                "catch_up": catch_up,
-            },
-        )
-
-    async def work(self, **settings: Any) -> None:
-        """Run a worker in this task until it is cancelled (``worker()`` to drain instead)."""
-        await self.worker(**settings).run()
-
-    def watch(
-        self, *, thread_id: str, turn_id: str, after: str | None = None, poll_interval: float = 0.25
-    ) -> AsyncIterator[Watched]:
-        """Follow a submitted (or committed) turn from any process: its recorded progress
-        after the cursor ``after``, then the committed ``TurnCompleted`` (a dead request
-        raises ``REQUEST_DEAD``). Each item carries the cursor to rejoin after it."""
-        return watch_turn(
-            self._durability, thread_id, turn_id, after=after, poll_interval=poll_interval
         )
 
     def run_sync(

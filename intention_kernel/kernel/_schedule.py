@@ -23,11 +23,11 @@ from cronsim import CronSim, CronSimError
 from ..contracts import codec
 from ..contracts.errors import ErrorCode, InvalidInputError, KernelError
 from ..contracts.ids import MAX_ID_LENGTH, validate_id, validate_thread_id
-from ..contracts.schedules import MissedRuns, ScheduleInfo, StoredSchedule
+from ..contracts.inbox import MissedRuns, ScheduleInfo, StoredSchedule
 from ._limits import KernelLimits
 from ._validation import validate_text
 
-__all__ = ["DEFAULT_GRACE", "Due", "Schedule", "define_schedule", "describe"]
+__all__ = ["DEFAULT_GRACE", "Due", "Schedule", "define_schedule", "describe_schedule"]
 
 DEFAULT_GRACE = 60.0
 """Seconds after its time within which an occurrence still counts as on time."""
@@ -166,7 +166,7 @@ def define_schedule(
     return Schedule(id, cron, thread_id, text, timezone, chosen, float(grace))
 
 
-def describe(stored: StoredSchedule, now: datetime) -> ScheduleInfo:
+def describe_schedule(stored: StoredSchedule, now: datetime) -> ScheduleInfo:
     """A stored schedule for operators, with its next occurrence after ``now`` (``None``, and
     empty parts, when its stored definition cannot be read)."""
     parts: dict[str, Any] = {}

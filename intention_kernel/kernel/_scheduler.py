@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 
 from ..contracts.errors import ErrorCode, KernelError, UsageError
-from ..contracts.schedules import ScheduleRows, occurrence_turn_id
+from ..contracts.inbox import ScheduleRows, occurrence_turn_id
 from ._schedule import Schedule
 
 __all__ = ["Scheduler", "SubmitOccurrence", "schedule_rows_of", "utc_now"]

@@ -16,8 +16,8 @@ from intention_kernel.testing.conformance.inbox import (
     InboxConformance,
     InboxHarness,
     InboxStore,
+    ScheduleConformance,
 )
-from intention_kernel.testing.conformance.schedules import ScheduleConformance
 from tests.support.postgres import drop_schema, scratch_schema
 
 

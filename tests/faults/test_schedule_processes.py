@@ -30,8 +30,7 @@ from typing import Any
 
 import pytest
 
-from intention_kernel.contracts.inbox import InboxRequest, InboxStats, RequestState
-from intention_kernel.contracts.schedules import MissedRuns
+from intention_kernel.contracts.inbox import InboxRequest, InboxStats, MissedRuns, RequestState
 from intention_kernel.durability.factory import open_durability
 
 from .kit import fault_scale

@@ -21,12 +21,10 @@ from intention_kernel.contracts.errors import (
     KernelError,
     UsageError,
 )
-from intention_kernel.contracts.inbox import InboxRequest
-from intention_kernel.contracts.schedules import occurrence_turn_id
+from intention_kernel.contracts.inbox import InboxRequest, occurrence_turn_id
 from intention_kernel.durability import DurableStore
 from intention_kernel.durability.sqlite import SQLiteDurability
-from intention_kernel.kernel import CompiledAgent, Kernel, Schedule
-from intention_kernel.kernel._schedule import describe
+from intention_kernel.kernel import CompiledAgent, Kernel, Schedule, describe_schedule
 from intention_kernel.testing import MemoryDurability, ScriptedModelGateway
 
 BERLIN = ZoneInfo("Europe/Berlin")
@@ -262,7 +260,7 @@ async def test_a_changed_schedule_counts_from_its_change_and_a_clock_going_back_
         ("10:45:00", "quarterly"),
     ]
     (row,) = await sqlite_store.schedules.list()
-    info = describe(row, clock.now)
+    info = describe_schedule(row, clock.now)
     assert (info.cron, info.text, info.next_occurrence) == (
         "*/15 * * * *",
         "quarterly",

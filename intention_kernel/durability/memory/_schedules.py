@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from datetime import datetime
 
-from ...contracts.schedules import StoredSchedule
+from ...contracts.inbox import StoredSchedule
 
 __all__ = ["MemorySchedules"]
 

@@ -11,8 +11,8 @@ from ...contracts.checkpoint import KernelCheckpoint
 from ...contracts.codec import JsonLimits
 from ...contracts.errors import CheckpointCorruptError
 from ...contracts.events import KernelEvent, StoredEvent
+from ...contracts.inbox import StoredSchedule
 from ...contracts.receipts import EffectReceipt
-from ...contracts.schedules import StoredSchedule
 from .._documents import decode_model, decode_turn, encode_model, unreadable, unreadable_event
 from .._ledger import needs_operator
 from ..storage import StoredTurn

@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from ...contracts.schedules import StoredSchedule
+from ...contracts.inbox import StoredSchedule
 from ._connection import PgConnection
 
 __all__ = ["PostgresSchedules"]

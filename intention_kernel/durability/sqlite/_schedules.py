@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from ...contracts.errors import CheckpointCorruptError
-from ...contracts.schedules import StoredSchedule
+from ...contracts.inbox import StoredSchedule
 from ._connection import Connection
 from ._inbox_rows import iso, read_time
 

@@ -57,12 +57,14 @@ from ._inbox_support import (
     refused,
     submit,
 )
+from ._schedules import ScheduleConformance
 
 __all__ = [
     "UNREADABLE_PAYLOAD",
     "InboxConformance",
     "InboxHarness",
     "InboxStore",
+    "ScheduleConformance",
     "commit_turn",
     "inbox_test",
 ]

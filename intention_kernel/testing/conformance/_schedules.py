@@ -1,4 +1,4 @@
-"""Conformance of the schedule parts of a store (``store.schedules``, with its inbox).
+"""Conformance of the schedule parts of the inbox role (``store.schedules``, with its inbox).
 
 A store with schedules runs these next to the inbox suite, with the same harness::
 
@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from ...contracts.errors import ErrorCode, InvalidInputError
-from ...contracts.schedules import ScheduleRows, occurrence_turn_id
+from ...contracts.inbox import ScheduleRows, occurrence_turn_id
 from ._inbox_support import PENDING, InboxHarness, InboxStore, inbox_test, submit
 
 __all__ = ["ScheduleConformance"]

@@ -1,0 +1,122 @@
+"""The inbox side of ``CompiledAgent``: submit a turn, run workers and schedules, watch.
+
+Why apart from ``_runtime``: these are the entry points of turns that finish on their own
+(``docs/inbox.md``, ``docs/schedules.md``); a worker runs each request through the agent's one
+turn path (``_run_request``), so nothing here runs a turn itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+from pydantic import JsonValue
+
+from ..contracts.durability import Durability
+from ..contracts.inbox import InboxRequest, TurnInbox, occurrence_turn_id
+from ..telemetry import Telemetry
+from ._pipeline import AgentRuntime
+from ._requests import inbox_of, request_fingerprint, submit_request
+from ._schedule import Schedule
+from ._scheduler import Scheduler, schedule_rows_of, utc_now
+from ._watch import Watched, watch_turn
+from ._worker import RunTurn, Worker, WorkerSettings
+
+__all__ = ["AgentInbox"]
+
+
+class AgentInbox:
+    """Submit, workers, the scheduler and watch, over what ``CompiledAgent`` sets up."""
+
+    _runtime: AgentRuntime
+    _durability: Durability
+    _telemetry: Telemetry
+    _inbox: TurnInbox | None
+    _workers: set[Worker]
+    """The agent's running workers: a submit hands its request to one with a free slot."""
+    _run_request: RunTurn
+    """How a worker runs a request: the agent's turn path with the request's ids and input."""
+
+    async def submit(
+        self,
+        *,
+        thread_id: str,
+        turn_id: str,
+        text: str,
+        selection: Mapping[str, JsonValue] | None = None,
+        host_context: Mapping[str, Any] | None = None,
+        not_before: datetime | None = None,
+    ) -> InboxRequest:
+        """Record the turn in the store's inbox and return at once; a worker runs it.
+
+        Idempotent on the ids (``TURN_ID_REUSED`` for another request); the same turn as a
+        direct ``run``. ``host_context`` must be JSON (it is stored); ``not_before`` (aware)
+        delays it. See ``docs/inbox.md``."""
+        return await submit_request(
+            self._inbox,
+            self._workers,
+            self._runtime.limits,
+            request_fingerprint,
+            thread_id=thread_id,
+            turn_id=turn_id,
+            text=text,
+            selection=selection,
+            host_context=host_context,
+            not_before=not_before,
+        )
+
+    def worker(self, *, worker_id: str | None = None, **settings: Any) -> Worker:
+        """A ``Worker`` running this agent's submitted turns (settings: ``WorkerSettings``);
+        ``await worker.run()`` until ``worker.stop()`` drains it."""
+        chosen = WorkerSettings(**settings)
+        scheduled = chosen.schedules and bool(self._runtime.definition.schedules)
+        return Worker(
+            self._run_request,
+            inbox_of(self._durability),
+            chosen,
+            metrics=self._telemetry.inbox(self._runtime.definition.id),
+            worker_id=worker_id,
+            local=self._workers,
+            scheduler=self.scheduler() if scheduled else None,
+        )
+
+    def scheduler(self, *, clock: Callable[[], datetime] | None = None) -> Scheduler:
+        """The scheduler of this agent's schedules (a worker runs one unless
+        ``schedules=False``); ``await scheduler.run(stop_event)`` runs it alone."""
+        return Scheduler(
+            self._runtime.definition.schedules,
+            schedule_rows_of(self._durability),
+            self._submit_occurrence,
+            clock=clock or utc_now,
+        )
+
+    async def _submit_occurrence(
+        self, schedule: Schedule, occurrence: datetime, catch_up: bool
+    ) -> InboxRequest:
+        """One occurrence of a schedule: a submit whose turn id names it (idempotent); the
+        turn's host context names the schedule, the occurrence and whether it catches up."""
+        return await self.submit(
+            thread_id=schedule.thread_id,
+            turn_id=occurrence_turn_id(schedule.id, occurrence),
+            text=schedule.text,
+            host_context={
+                "schedule_id": schedule.id,
+                "occurrence": occurrence.isoformat(),
+                "catch_up": catch_up,
+            },
+        )
+
+    async def work(self, **settings: Any) -> None:
+        """Run a worker in this task until it is cancelled (``worker()`` to drain instead)."""
+        await self.worker(**settings).run()
+
+    def watch(
+        self, *, thread_id: str, turn_id: str, after: str | None = None, poll_interval: float = 0.25
+    ) -> AsyncIterator[Watched]:
+        """Follow a submitted (or committed) turn from any process: its recorded progress
+        after the cursor ``after``, then the committed ``TurnCompleted`` (a dead request
+        raises ``REQUEST_DEAD``). Each item carries the cursor to rejoin after it."""
+        return watch_turn(
+            self._durability, thread_id, turn_id, after=after, poll_interval=poll_interval
+        )
