@@ -73,9 +73,16 @@ def worker(
         str | None,
         typer.Option("--worker-id", help="Name in claims and logs (default: random)."),
     ] = None,
+    schedules: Annotated[
+        bool,
+        typer.Option(
+            "--schedules/--no-schedules", help="Also submit the agent's schedules' occurrences."
+        ),
+    ] = True,
     as_json: JsonOpt = False,
 ) -> None:
-    """Run the agent's submitted turns until SIGTERM or SIGINT (docs/inbox.md).
+    """Run the agent's submitted turns, and submit its schedules' occurrences, until SIGTERM
+    or SIGINT (docs/inbox.md, docs/schedules.md).
 
     At the first signal it claims nothing more and running turns get --grace seconds to
     commit; then they are cancelled and given back to the inbox. A second SIGINT stops at once.
@@ -99,15 +106,18 @@ def worker(
                     max_attempts=max_attempts,
                     grace=grace,
                     turn_timeout=turn_timeout,
+                    schedules=schedules,
                 )
                 log.info(
-                    "worker %s started on %s: agent %s, concurrency %d, claim ttl %ss, poll %ss",
+                    "worker %s started on %s: agent %s, concurrency %d, claim ttl %ss, poll %ss,"
+                    " %d schedule(s)",
                     running.worker_id,
                     redact(store_url(store)),
                     agent,
                     concurrency,
                     claim_ttl,
                     poll,
+                    0 if running.scheduler is None else len(running.scheduler.schedules),
                 )
                 await stopping.run(running)
                 log.info(
@@ -138,6 +148,9 @@ class Worker(Protocol):
 
     @property
     def running(self) -> int: ...
+
+    @property
+    def scheduler(self) -> Any: ...
 
     @property
     def completed(self) -> int: ...

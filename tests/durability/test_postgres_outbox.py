@@ -148,7 +148,7 @@ def test_a_schema_1_database_is_upgraded_with_its_outbox_kept(dsn: str, pg_schem
             await conn.close()
         opened = await _open(dsn, pg_schema, setup=True)  # applies migrations 2 to 7
         try:
-            assert await opened.verify() == len(MIGRATIONS) == 8
+            assert await opened.verify() == len(MIGRATIONS) == 9
             await commit_events(opened, "t1", "turn-1", 2)
             batch = await opened.claim("relay-a", limit=10, lease=30)
             assert [e.event.sequence for e in batch] == [0, 1]

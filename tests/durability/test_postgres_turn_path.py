@@ -226,7 +226,7 @@ async def test_migration_4_drops_the_repeated_outbox_index(dsn: str, schema: str
         await conn.execute(
             f'CREATE INDEX outbox_by_thread ON "{schema}".outbox (thread_id, position)'
         )
-        # ... and back to version 3: migrations 5 to 8 undone as well, so all run again.
+        # ... and back to version 3: migrations 5 to 9 undone as well, so all run again.
         await conn.execute(
             f'ALTER TABLE "{schema}".heads DROP COLUMN agent_fingerprint,'
             " DROP COLUMN pending_interaction;"
@@ -236,10 +236,11 @@ async def test_migration_4_drops_the_repeated_outbox_index(dsn: str, schema: str
             f' "{schema}".budget_limits, "{schema}".provider_state, "{schema}".provider_slots,'
             f' "{schema}".provider_waiters CASCADE;'
             f' DROP FUNCTION "{schema}".budget_reserve, "{schema}".slot_acquire,'
-            f' "{schema}".budget_window'
+            f' "{schema}".budget_window;'
+            f' DROP TABLE "{schema}".schedules'
         )
         await conn.execute(f'DELETE FROM "{schema}".schema_migrations WHERE version >= 4')
-        assert await store.setup() == 8
+        assert await store.setup() == 9
         assert "outbox_by_thread" not in await outbox_indexes(conn, schema)
         # Reading one thread's whole outbox still goes through an index, not the table.
         await conn.execute("SET enable_seqscan = off")

@@ -35,6 +35,7 @@ from intention_kernel.contracts.errors import ErrorCode, KernelError, UsageError
 from intention_kernel.contracts.inbox import InboxRequest, RequestState, TurnInbox
 from intention_kernel.http import BearerTokens, Principal
 from intention_kernel.http.inspector import create_inspector
+from intention_kernel.kernel import define_schedule
 from tests.http.support import make_desk
 
 from .harness import SECRET, Live, Turns, navigate
@@ -136,6 +137,27 @@ class Queued(Live):
         later = datetime.now(UTC) + LATER
         await self._submit("queue-b", "req-pending-cancel", not_before=later)
         await self._submit("queue-c", "req-pending-only", not_before=later)
+        await self._schedule()
+
+    async def _schedule(self) -> None:
+        """Two schedules as workers register them: one with a last run, one with a hostile
+        text and a thread the viewer may not read."""
+        rows: Any = getattr(self.store, "schedules")  # noqa: B009 - not on the protocol
+        digest = define_schedule(
+            "morning-digest",
+            cron="0 8 * * 1-5",
+            thread_id="queue-a",
+            text="Digest",
+            timezone="Europe/Lisbon",
+            missed="catch_up_one",
+        )
+        now = datetime.now(UTC)
+        await rows.register(digest.id, digest.definition(), now)
+        await rows.advance(digest.id, now - timedelta(hours=1))
+        hostile = define_schedule(
+            "secret-sweep", cron="*/5 * * * *", thread_id="secret-9", text=HOSTILE_ERROR
+        )
+        await rows.register(hostile.id, hostile.definition(), now)
 
     def request(self, thread: str, turn: str) -> InboxRequest:
         assert self.inbox is not None
@@ -151,8 +173,8 @@ class WithoutInbox:
         self._store = store
 
     def __getattr__(self, name: str) -> Any:
-        if name == "inbox":
-            raise UsageError("this store has no inbox storage", code=ErrorCode.NOT_SUPPORTED)
+        if name in ("inbox", "schedules"):
+            raise UsageError(f"this store has no {name} storage", code=ErrorCode.NOT_SUPPORTED)
         return getattr(self._store, name)
 
 
@@ -493,3 +515,55 @@ def test_screenshot_of_the_requests_page(
     browser.set_window_size(1280 + 1280 - width, 800 + 800 - height)
     log_in_as(browser, queued, "bob", "/requests")
     assert browser.save_screenshot(str(target / "inspector-requests.png"))
+
+
+# ---------------------------------------------------------------- schedules
+
+
+def schedule_rows(driver: WebDriver) -> dict[str, list[str]]:
+    rows = driver.find_elements(By.CSS_SELECTOR, "#schedules tbody tr")
+    return {
+        row.find_element(By.TAG_NAME, "th").text: [
+            c.text for c in row.find_elements(By.TAG_NAME, "td")
+        ]
+        for row in rows
+    }
+
+
+def test_the_schedules_page_lists_each_schedule_with_its_runs(
+    queued: Queued, browser: WebDriver
+) -> None:
+    needs_inbox(queued)
+    log_in_as(browser, queued, "bob", "/schedules")  # a viewer reads it
+    assert browser.find_element(By.TAG_NAME, "h1").text == "Schedules"
+    check_accessible(browser)
+    no_script_ran(browser)
+    current = browser.find_element(By.CSS_SELECTOR, "nav[aria-label=Inspector] [aria-current]")
+    assert current.text == "Schedules"
+    found = schedule_rows(browser)
+    thread, cron, zone, missed, last, upcoming, registered = found["morning-digest"]
+    assert (thread, cron, zone, missed) == (
+        "queue-a",
+        "0 8 * * 1-5",
+        "Europe/Lisbon",
+        "catch_up_one",
+    )
+    assert last != "never" and upcoming != "-" and registered
+    assert "secret-sweep" not in found  # its thread is not the viewer's to read
+    link = browser.find_element(By.LINK_TEXT, "queue-a")
+    assert str(link.get_attribute("href")).endswith("/inspect/thread?id=queue-a")
+
+
+def test_an_operator_sees_every_schedule(queued: Queued, browser: WebDriver) -> None:
+    needs_inbox(queued)
+    log_in_as(browser, queued, "alice", "/schedules")
+    found = schedule_rows(browser)
+    assert sorted(found) == ["morning-digest", "secret-sweep"]
+    assert found["secret-sweep"][4] == "never"
+    no_script_ran(browser)
+
+
+def test_a_store_without_schedules_says_so(bare: Queued, browser: WebDriver) -> None:
+    log_in_as(browser, bare, "alice", "/schedules")
+    assert "This store keeps no schedules." in browser.find_element(By.TAG_NAME, "main").text
+    check_accessible(browser)

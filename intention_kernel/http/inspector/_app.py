@@ -5,7 +5,7 @@ Why server-rendered and small: the pages must work without a build step and with
 (a bit of script only shows or hides the value field), with a keyboard and a screen reader.
 Every form carries the session's CSRF token and a POST from another origin is refused
 (``_security``); each page lives in its own module (``_login``, ``_threads``, ``_receipts``,
-``_requests``, ``_answers``, ``_budgets``, ``_deploy``).
+``_requests``, ``_answers``, ``_budgets``, ``_schedules``, ``_deploy``).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from ._inspector import (
 from ._login import _verifier, home, login, login_page, logout
 from ._receipts import confirm, queue, receipt_page, reconcile
 from ._requests import act_on_request, confirm_request, request_page, requests
+from ._schedules import schedules
 from ._security import _page
 from ._session import SessionCodec, SessionStore
 from ._threads import old_thread_path, thread, threads
@@ -158,6 +159,7 @@ def create_inspector(
                 methods=["POST"],
             ),
             Route("/budget", _page(set_limit, post=True, operator=True), methods=["POST"]),
+            Route("/schedules", _page(schedules), methods=["GET"]),
             Route("/deploy", _page(deploy), methods=["GET"]),
             Route("/deploy", _page(run_deploy, post=True, operator=True), methods=["POST"]),
             Mount("/static", app=static, name="static"),
