@@ -96,7 +96,8 @@ def _every_second_once(requests: list[InboxRequest], committed: dict[str, int]) 
     assert committed == {r.turn_id: 1 for r in requests}
 
 
-def _run_with_a_kill(url: str, schedulers: int, seed: int) -> None:
+def _run_with_a_kill(url: str, schedulers: int, seed: int) -> datetime:
+    """Run the schedulers, kill the first one at a random moment; when they were stopped."""
     rng = random.Random(seed)
     seconds = SECONDS * min(fault_scale(), 5)
     processes = [start(_spec(url)) for _ in range(schedulers)]
@@ -105,6 +106,7 @@ def _run_with_a_kill(url: str, schedulers: int, seed: int) -> None:
         time.sleep(kill_at)
         os.kill(processes[0].pid or 0, signal.SIGKILL)  # the first to start
         time.sleep(seconds - kill_at)
+        return datetime.now().astimezone()
     finally:
         _stop(processes)
 
@@ -115,9 +117,10 @@ def test_three_schedulers_on_postgres_one_killed_lose_no_occurrence(
 ) -> None:
     url = f"{dsn}?schema={schema}"
     began = datetime.now().astimezone()
-    _run_with_a_kill(url, 3, seed)
+    stopped = _run_with_a_kill(url, 3, seed)
     requests, committed, row = asyncio.run(_finish_and_read(url))
     _every_second_once(requests, committed)
+    assert stopped - _occurrence(requests[-1]) < timedelta(seconds=3)  # to the end
     assert _occurrence(requests[0]) - began < timedelta(seconds=3)  # from the first start
     assert row.last_occurrence == _occurrence(requests[-1])
 
@@ -126,9 +129,10 @@ def test_three_schedulers_on_postgres_one_killed_lose_no_occurrence(
 def test_two_schedulers_on_sqlite_one_killed_lose_no_occurrence(tmp_path: Path, seed: int) -> None:
     url = f"sqlite:///{tmp_path / 'scheduled.db'}"
     began = datetime.now().astimezone()
-    _run_with_a_kill(url, 2, seed)
+    stopped = _run_with_a_kill(url, 2, seed)
     requests, committed, row = asyncio.run(_finish_and_read(url))
     _every_second_once(requests, committed)
+    assert stopped - _occurrence(requests[-1]) < timedelta(seconds=3)  # to the end
     assert _occurrence(requests[0]) - began < timedelta(seconds=3)
     assert row.last_occurrence == _occurrence(requests[-1])
 
