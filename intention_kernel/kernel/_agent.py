@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, overload
 
 from ..contracts.errors import AgentCompilationError
@@ -71,6 +72,7 @@ class AgentDefinition:
         consent_fields: Sequence[str] = (),
         consent_summary: str | None = None,
         editable: bool | Sequence[str] = False,
+        consent_expires_after: float | timedelta | None = None,
         input_name: str | None = None,
     ) -> Capability: ...
 
@@ -92,6 +94,7 @@ class AgentDefinition:
         consent_fields: Sequence[str] = (),
         consent_summary: str | None = None,
         editable: bool | Sequence[str] = False,
+        consent_expires_after: float | timedelta | None = None,
         input_name: str | None = None,
     ) -> Callable[[Function], Capability]: ...
 
@@ -112,6 +115,7 @@ class AgentDefinition:
         consent_fields: Sequence[str] = (),
         consent_summary: str | None = None,
         editable: bool | Sequence[str] = False,
+        consent_expires_after: float | timedelta | None = None,
         input_name: str | None = None,
     ) -> Capability | Callable[[Function], Capability]:
         """``@capability`` that also registers the capability on this agent.
@@ -142,6 +146,7 @@ class AgentDefinition:
             "consent_fields": consent_fields,
             "consent_summary": consent_summary,
             "editable": editable,
+            "consent_expires_after": consent_expires_after,
             "input_name": input_name,
         }
         # The defining scope, so annotations naming its local classes resolve.

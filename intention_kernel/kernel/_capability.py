@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
@@ -72,6 +73,9 @@ class Capability:
     lists them with every other problem (never part of the manifest)."""
     editable: bool | tuple[str, ...] = False
     """Which input fields a confirmation may be answered with edits to (``True``: all)."""
+    consent_expires_after: float | None = None
+    """Seconds a kernel confirmation may be accepted for; a later accept is refused and the
+    consent asked again with the values of then (``None``: it does not expire)."""
 
 
 def _names(fields: Sequence[str]) -> tuple[str, ...]:
@@ -96,6 +100,7 @@ def define_capability(
     consent_fields: Sequence[str] = (),
     consent_summary: str | None = None,
     editable: bool | Sequence[str] = False,
+    consent_expires_after: float | timedelta | None = None,
 ) -> Capability:
     """Record a capability. ``execute(context, input)`` gets the validated input model and
     returns ``Completed | NeedsInput | NeedsDependency | NeedsConfirmation | Failed``.
@@ -104,7 +109,9 @@ def define_capability(
     ``consent_fields`` (input fields listed first) and ``consent_summary`` (a ``{field}``
     template for the headline) shape the consent question; it always lists every field.
     ``editable`` lets a kernel confirmation be approved with edits (``True``: any field, or the
-    named ones; default none, see ``docs/writes.md``)."""
+    named ones; default none, see ``docs/writes.md``). ``consent_expires_after`` (seconds or a
+    ``timedelta``) bounds how long a kernel confirmation may be accepted: a later accept is
+    answered ``INTERACTION_EXPIRED`` and the consent is asked again."""
     return Capability(
         id=id,
         version=version,
@@ -123,4 +130,10 @@ def define_capability(
         consent_fields=_names(consent_fields),
         consent_summary=consent_summary,
         editable=editable if isinstance(editable, bool) else _names(editable),
+        consent_expires_after=_seconds(consent_expires_after),
     )
+
+
+def _seconds(value: float | timedelta | None) -> float | None:
+    """A ``timedelta`` as seconds; anything else as given (compile judges it)."""
+    return value.total_seconds() if isinstance(value, timedelta) else value

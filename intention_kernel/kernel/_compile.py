@@ -22,6 +22,7 @@ from ..contracts.errors import AgentCompilationError, KernelError
 from ..contracts.ids import validate_id
 from ._agent import AgentDefinition
 from ._capability import Capability, Guidance
+from ._expiry import expiry_seconds
 from ._facts import parse_fact_ref
 from ._manifest import build_manifest, manifest_fingerprint
 from ._routing import MODEL_KEYS, TASKS, ModelRoute, is_gateway
@@ -102,6 +103,18 @@ def _check_consent(problems: _Problems, cap: Capability, where: str) -> None:
                 named += [("consent_summary", f) for f in summary_fields(summary)]
             except ValueError as exc:
                 problems.add("invalid_consent_summary", where, f"consent_summary: {exc}")
+    try:
+        expiry = expiry_seconds(cap.consent_expires_after)
+    except ValueError as exc:
+        problems.add("invalid_consent_expiry", where, f"consent_expires_after: {exc}")
+        expiry = None
+    if expiry is not None and cap.confirmation != ConfirmationMode.REQUIRED:
+        problems.add(
+            "invalid_consent_expiry",
+            where,
+            "consent_expires_after applies to confirmation='required' (a capability that"
+            " asks itself sets NeedsConfirmation(expires_after=...))",
+        )
     for source, name in named:
         if not isinstance(name, str):
             problems.add("unknown_consent_field", where, f"{source} names {name!r}, not a field")

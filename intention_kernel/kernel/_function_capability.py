@@ -16,6 +16,7 @@ import sys
 import typing
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
+from datetime import timedelta
 from types import UnionType
 from typing import Any, get_args, get_origin, get_type_hints, overload
 
@@ -253,6 +254,7 @@ def capability(
     consent_fields: Sequence[str] = (),
     consent_summary: str | None = None,
     editable: bool | Sequence[str] = False,
+    consent_expires_after: float | timedelta | None = None,
     input_name: str | None = None,
 ) -> Capability: ...
 
@@ -274,6 +276,7 @@ def capability(
     consent_fields: Sequence[str] = (),
     consent_summary: str | None = None,
     editable: bool | Sequence[str] = False,
+    consent_expires_after: float | timedelta | None = None,
     input_name: str | None = None,
 ) -> Callable[[Function], Capability]: ...
 
@@ -294,6 +297,7 @@ def capability(
     consent_fields: Sequence[str] = (),
     consent_summary: str | None = None,
     editable: bool | Sequence[str] = False,
+    consent_expires_after: float | timedelta | None = None,
     input_name: str | None = None,
 ) -> Capability | Callable[[Function], Capability]:
     """A ``Capability`` from ``async def f(context: CapabilityContext[Deps], a: int, ...)``.
@@ -324,6 +328,7 @@ def capability(
         "consent_fields": consent_fields,
         "consent_summary": consent_summary,
         "editable": editable,
+        "consent_expires_after": consent_expires_after,
         "input_name": input_name,
     }
     # The defining scope, so annotations naming its local classes resolve (as pydantic does).

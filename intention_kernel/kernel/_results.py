@@ -9,6 +9,7 @@ commits nothing and may be retried.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, Literal
 
 from pydantic import BaseModel, JsonValue
@@ -83,6 +84,9 @@ class NeedsConfirmation:
     options: tuple[str, ...] = ("yes", "no")
     data: dict[str, JsonValue] = field(default_factory=dict)
     accept: tuple[str, ...] = ("yes",)
+    expires_after: float | timedelta | None = None
+    """How long an accepting answer counts (seconds or a ``timedelta``); a later one is
+    answered ``INTERACTION_EXPIRED`` and the capability runs again to ask anew."""
     status: Literal[StepStatus.NEEDS_CONFIRMATION] = StepStatus.NEEDS_CONFIRMATION
 
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from datetime import datetime
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -226,6 +227,7 @@ def make_world(
     script: Mapping[str, Any] | None = None,
     ports: Mapping[str, Any] | None = None,
     classify_error: ErrorClassifier | None = None,
+    clock: Callable[[], datetime] | None = None,
 ) -> World:
     routes: dict[str, Intentions] = {}
     answers: dict[str, str] = {}
@@ -247,6 +249,7 @@ def make_world(
         redact=redact,
         sinks=[collector],
         classify_error=classify_error,
+        clock=clock,
     )
     compiled = kernel.compile(agent if agent is not None else support_agent())
     return World(durability, gateway, shop, collector, kernel, compiled, routes, answers)

@@ -19,6 +19,7 @@ from ...contracts.errors import EffectUncertainError, KernelError, Serialization
 from ...contracts.receipts import EffectReceipt
 from .. import consent
 from .._context import CapabilityContext, uncertain_copy
+from .._expiry import expiry_seconds
 from .._facts import FactRef, parse_fact_ref
 from .._limits import stored_within
 from .._results import Completed, Failed, NeedsConfirmation, NeedsDependency, NeedsInput
@@ -164,6 +165,10 @@ def _outcome(
             return _failed(step, "the capability's confirmation names no valid accepting option")
         if not isinstance(result.prompt, str):
             return _failed(step, "the capability returned text that cannot be stored")
+        try:
+            expires_after = expiry_seconds(result.expires_after)
+        except ValueError:
+            return _failed(step, "the capability's confirmation has an invalid expires_after")
         first = step.capability.consent_fields
         question = consent.question(result.prompt, step.input_json, first=first, kernel=False)
         if question is None:
@@ -174,6 +179,7 @@ def _outcome(
             prompt=question,
             options=options,
             accept=accept,
+            expires_after=expires_after,
             data=data if isinstance(data, dict) else {},
             receipts=context.receipts,
         )

@@ -11,6 +11,7 @@ interaction unless one is already pending (it stays until answered).
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
+from datetime import UTC, datetime
 
 from pydantic import JsonValue
 
@@ -27,6 +28,7 @@ from ...contracts.events import EventCategory
 from ...contracts.receipts import EffectReceipt, ReceiptStatus
 from .. import consent
 from .._capability import Capability
+from .._expiry import EXPIRES_AT, deadline, expiry_seconds
 from .._facts import apply_fact, invalidate, parse_fact_ref
 from .._states import HoldReason, StepStatus
 from ..approval import consent_data
@@ -186,6 +188,7 @@ def reduce_outcomes(
     resolved: Collection[str] = (),
     close_interaction: bool = False,
     capabilities: Mapping[str, Capability] | None = None,
+    now: datetime | None = None,
 ) -> Reduction:
     facts: dict[str, FactRecord] = {} if checkpoint is None else {f.id: f for f in checkpoint.facts}
     evidence: list[Evidence] = []
@@ -216,6 +219,7 @@ def reduce_outcomes(
                 data["options"] = list(outcome.options)
             if status == AgendaStatus.NEEDS_CONFIRMATION:
                 data["accept"] = list(outcome.accept)
+                data.update(deadline(now or datetime.now(UTC), outcome.expires_after))
             item = _agenda_item(outcome.step, status, outcome.reason, turn_id, data)
             agenda.append(item)
             if outcome.status in _ASKS and outcome.prompt:
@@ -229,6 +233,9 @@ def reduce_outcomes(
         if hold.status == HoldReason.AWAITING_CONFIRMATION:
             data.update(
                 consent_data(cap.id, cap.version, cap.requires, hold.step.input_json, facts)
+            )
+            data.update(
+                deadline(now or datetime.now(UTC), expiry_seconds(cap.consent_expires_after))
             )
         item = _agenda_item(hold.step, _HELD[hold.status], hold.reason, turn_id, data)
         agenda.append(item)
@@ -253,6 +260,7 @@ def reduce_outcomes(
             options=list(options),
             agenda_item_id=item.id,
             turn_id=turn_id,
+            data={EXPIRES_AT: item.data[EXPIRES_AT]} if EXPIRES_AT in item.data else {},
         )
         interaction = new_interaction
     previous_receipts = [] if checkpoint is None else checkpoint.receipts
@@ -280,6 +288,7 @@ def reduce(state: TurnState) -> None:
         resolved=state.plan.resolved,
         close_interaction=state.plan.close_interaction,
         capabilities=state.runtime.capabilities,
+        now=state.runtime.clock(),
     )
     state.reduction = reduction
     recorder = state.recorder

@@ -13,7 +13,9 @@ run now. In order:
    and nothing runs; an accepted one rebuilds the operation from the agenda item, recomputes its
    digest (capability id, version, validated input, revisions of the facts it relies on) and
    runs it with the approval record only if the digest matches; otherwise it is held again and
-   the user is asked again. A selection's ``edits`` (``edits.py``, checked in step 1) replace
+   the user is asked again. An accept after the confirmation's deadline (``_expiry``) is
+   answered ``INTERACTION_EXPIRED`` and the consent asked again likewise, with the values (and a
+   deadline) of now. A selection's ``edits`` (``edits.py``, checked in step 1) replace
    the operation by the approved one, digested again, before it runs. A capability-owned
    confirmation is resumed only for an accepting option (its ``accept``), by running the
    capability with the answer, which it must check.
@@ -34,6 +36,7 @@ from pydantic import JsonValue, ValidationError
 from ...contracts.checkpoint import AgendaItem, AgendaStatus, Interaction
 from ...contracts.errors import ErrorCode, InvalidInputError
 from ...contracts.events import EventCategory
+from .._expiry import EXPIRES_AT, expired
 from .._states import EffectKind, HoldReason
 from ..approval import Approval, ConfirmationAnswer, consent_data
 from .edits import Edit, apply_edit, checked_edit
@@ -50,8 +53,13 @@ CHANGED = (
     "Something changed since you were asked ({what}), so I have not done it. Please confirm again."
 )
 STILL_PENDING = "That is already waiting for your confirmation."
+EXPIRED = (
+    "Your confirmation came after the question expired ({what}), so I have not done it."
+    " Please confirm again."
+)
+INTERACTION_EXPIRED = ErrorCode.INTERACTION_EXPIRED
 WAITING = "I cannot do that yet ({what}): it needs {refs} first. I will ask you again then."
-_KERNEL_KEYS = ("missing", "digest", "relied_on", "prompt", "options", "accept")
+_KERNEL_KEYS = ("missing", "digest", "relied_on", "prompt", "options", "accept", EXPIRES_AT)
 _CONFIRMING = (AgendaStatus.AWAITING_CONFIRMATION, AgendaStatus.NEEDS_CONFIRMATION)
 """Agenda items waiting for consent: kernel-owned, then capability-owned."""
 
@@ -169,6 +177,15 @@ def _first(plan: Plan, step: PlannedStep) -> None:
     plan.steps.insert(0, step)
 
 
+def _ask_again(plan: Plan, step: PlannedStep, item: AgendaItem, kernel_owned: bool) -> None:
+    """The operation held for a new consent question (digest and deadline of now)."""
+    if kernel_owned:
+        reason = item.reason or "needs your confirmation"
+        plan.held.append(HeldStep(step, HoldReason.AWAITING_CONFIRMATION, reason))
+    else:
+        _first(plan, step)  # no answer: the capability asks again itself
+
+
 def _answer(state: TurnState, plan: Plan, chosen: Chosen) -> None:
     checkpoint = state.checkpoint
     assert checkpoint is not None  # an answer needs an active interaction
@@ -210,6 +227,15 @@ def _answer(state: TurnState, plan: Plan, chosen: Chosen) -> None:
         _audit(state, "confirmation.declined", audit)
         return
     step = _rebuild(state, item, f"resume-{len(plan.resolved)}")
+    if step is not None and expired(item.data, state.runtime.clock()):
+        # Consent is asked again with the values of now: never the stale approval.
+        plan.decisions.append(
+            {**record, **question, "decision": "expired", "code": str(INTERACTION_EXPIRED)}
+        )
+        plan.notes.append(EXPIRED.format(what=description))
+        _audit(state, "confirmation.expired", {**record, "expires_at": item.data[EXPIRES_AT]})
+        _ask_again(plan, step, item, kernel_owned)
+        return
     if step is None:
         plan.decisions.append({**record, **question, "decision": "refused"})
         plan.notes.append(f"I can no longer do that ({description}); nothing was done.")
@@ -232,11 +258,7 @@ def _answer(state: TurnState, plan: Plan, chosen: Chosen) -> None:
         plan.decisions.append({**record, **question, "decision": "changed", "digest": digest})
         plan.notes.append(CHANGED.format(what=_what_changed(item, now_data)))
         _audit(state, "confirmation.mismatch", {**record, "digest": digest})
-        if kernel_owned:
-            reason = item.reason or "needs your confirmation"
-            plan.held.append(HeldStep(step, HoldReason.AWAITING_CONFIRMATION, reason))
-        else:
-            _first(plan, step)  # no answer: the capability asks again itself
+        _ask_again(plan, step, item, kernel_owned)
         return
     if kernel_owned:
         asked, proposed, edited = interaction.prompt, digest, chosen.edit

@@ -188,6 +188,8 @@ class StepOutcome:
     options: tuple[str, ...] = ()
     accept: tuple[str, ...] = ()
     """The options of a capability-owned confirmation that give consent."""
+    expires_after: float | None = None
+    """Seconds a capability-owned confirmation may be accepted for (``None``: no limit)."""
     missing: tuple[str, ...] = ()
     data: dict[str, JsonValue] = field(default_factory=dict)
     """What a capability-owned confirmation asks about (kept for resuming it)."""

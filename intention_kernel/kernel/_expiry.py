@@ -1,0 +1,60 @@
+"""Consent that expires: how long a confirmation may be accepted, and whether it still may.
+
+Why a deadline on consent: an approval accepted a week later authorizes a price that may have
+changed. A confirmation with a deadline keeps ``expires_at`` (UTC ISO text, from the kernel's
+clock) in its agenda item and its interaction; an accept after it is refused in kernel words
+(``INTERACTION_EXPIRED``) and the consent is asked again with the values of then.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+
+from pydantic import JsonValue
+
+__all__ = ["EXPIRES_AT", "MAX_CONSENT_SECONDS", "deadline", "expired", "expiry_seconds"]
+
+MAX_CONSENT_SECONDS = 366 * 86_400
+"""The longest a consent may stay acceptable: a year."""
+EXPIRES_AT = "expires_at"
+"""The key of the deadline in an agenda item's and an interaction's data."""
+
+
+def expiry_seconds(value: object) -> float | None:
+    """``value`` (seconds or a ``timedelta``; ``None``: no deadline) as seconds; ``ValueError``
+    when it is not a duration in (0, ``MAX_CONSENT_SECONDS``]."""
+    if value is None:
+        return None
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, int | float)
+        or not math.isfinite(seconds)
+        or not 0 < seconds <= MAX_CONSENT_SECONDS
+    ):
+        raise ValueError(f"expected seconds in (0, {MAX_CONSENT_SECONDS}] or None")
+    return float(seconds)
+
+
+def deadline(now: datetime, seconds: float | None) -> dict[str, JsonValue]:
+    """The data a confirmation keeps for its deadline (nothing without one)."""
+    if seconds is None:
+        return {}
+    return {EXPIRES_AT: (now + timedelta(seconds=seconds)).isoformat()}
+
+
+def expired(data: Mapping[str, JsonValue], now: datetime) -> bool:
+    """Whether the confirmation with ``data`` can no longer be accepted at ``now``. A stored
+    deadline that cannot be read counts as passed: consent is asked again, never assumed."""
+    stored = data.get(EXPIRES_AT)
+    if stored is None:
+        return False
+    try:
+        moment = datetime.fromisoformat(str(stored))
+    except ValueError:
+        return True
+    if moment.tzinfo is None:
+        return True
+    return now >= moment
