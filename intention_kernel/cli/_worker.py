@@ -76,7 +76,8 @@ def worker(
     schedules: Annotated[
         bool,
         typer.Option(
-            "--schedules/--no-schedules", help="Also submit the agent's schedules' occurrences."
+            "--schedules/--no-schedules",
+            help="Also submit the agent's schedules' occurrences and the store's due timers.",
         ),
     ] = True,
     as_json: JsonOpt = False,

@@ -19,7 +19,14 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["MissedRuns", "ScheduleInfo", "ScheduleRows", "StoredSchedule", "occurrence_turn_id"]
+__all__ = [
+    "MissedRuns",
+    "ScheduleInfo",
+    "ScheduleRows",
+    "StoredSchedule",
+    "Timer",
+    "occurrence_turn_id",
+]
 
 
 class MissedRuns(StrEnum):
@@ -70,6 +77,24 @@ class StoredSchedule:
     last_occurrence: datetime | None
 
 
+@dataclass(frozen=True, slots=True)
+class Timer:
+    """A turn to submit at ``due_at`` (a durable timer: no in-process sleep a restart loses).
+
+    Why not an inbox request with ``not_before``: a pending request holds its thread's later
+    requests back until it runs, and a timer may wait for days. A timer waits beside the inbox
+    and is submitted (due now) when it is due, by whichever scheduler sees it first: the
+    submit is idempotent on ``(thread_id, turn_id)``, so it runs once. ``selection`` and
+    ``host_context`` are the turn's, as for ``agent.submit``."""
+
+    thread_id: str
+    turn_id: str
+    due_at: datetime
+    text: str
+    selection: Mapping[str, Any] | None = None
+    host_context: Mapping[str, Any] | None = None
+
+
 @runtime_checkable
 class ScheduleRows(Protocol):
     """A store's schedule rows (``store.schedules``), as schedulers and operators use them."""
@@ -85,6 +110,22 @@ class ScheduleRows(Protocol):
         """Record ``occurrence`` as dealt with (it never goes back)."""
         ...
 
-    async def list(self) -> list[StoredSchedule]:
+    async def list_schedules(self) -> list[StoredSchedule]:
         """Every stored schedule, by id."""
+        ...
+
+    async def add_timer(self, timer: Timer) -> None:
+        """Keep ``timer`` until it is submitted (the same ids again: the first one stays)."""
+        ...
+
+    async def due_timers(self, now: datetime, limit: int = 100) -> list[Timer]:
+        """Timers due at ``now``, earliest first."""
+        ...
+
+    async def next_timer(self) -> datetime | None:
+        """When the earliest timer is due (``None``: no timer)."""
+        ...
+
+    async def drop_timer(self, thread_id: str, turn_id: str) -> None:
+        """Forget a timer (it was submitted, or cannot be)."""
         ...

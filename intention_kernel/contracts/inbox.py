@@ -43,6 +43,7 @@ from ._schedules import (
     ScheduleInfo,
     ScheduleRows,
     StoredSchedule,
+    Timer,
     occurrence_turn_id,
 )
 
@@ -56,6 +57,7 @@ __all__ = [
     "ScheduleInfo",
     "ScheduleRows",
     "StoredSchedule",
+    "Timer",
     "TurnInbox",
     "Wakeup",
     "occurrence_turn_id",

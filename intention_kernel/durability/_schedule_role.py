@@ -14,7 +14,11 @@ from typing import Protocol
 
 from ..contracts.inbox import StoredSchedule
 
-__all__ = ["ScheduleStorage", "StoredSchedule"]
+__all__ = ["ScheduleStorage", "StoredSchedule", "TimerRow"]
+
+TimerRow = tuple[str, str, datetime, str, str]
+"""A stored timer: ``(thread_id, turn_id, due_at, text, payload)``, ``payload`` the codec's
+JSON text of ``{"selection": ..., "host_context": ...}``."""
 
 
 class ScheduleStorage(Protocol):
@@ -33,4 +37,22 @@ class ScheduleStorage(Protocol):
 
     async def list_schedules(self) -> list[StoredSchedule]:
         """Every stored schedule, by id."""
+        ...
+
+    async def add_timer(
+        self, thread_id: str, turn_id: str, due_at: datetime, text: str, payload: str
+    ) -> None:
+        """Insert the timer unless one with its ids exists."""
+        ...
+
+    async def due_timers(self, now: datetime, limit: int) -> list[TimerRow]:
+        """Timers due at ``now``, earliest first, at most ``limit``."""
+        ...
+
+    async def next_timer(self) -> datetime | None:
+        """The earliest ``due_at``."""
+        ...
+
+    async def drop_timer(self, thread_id: str, turn_id: str) -> None:
+        """Delete the timer (none: nothing)."""
         ...

@@ -7,23 +7,29 @@ turn path (``_run_request``), so nothing here runs a turn itself.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import datetime
 from typing import Any
 
 from pydantic import JsonValue
 
+from ..contracts.checkpoint import KernelCheckpoint
 from ..contracts.durability import Durability
-from ..contracts.inbox import InboxRequest, TurnInbox, occurrence_turn_id
+from ..contracts.errors import KernelError, UsageError
+from ..contracts.inbox import InboxRequest, ScheduleRows, Timer, TurnInbox
+from ..contracts.turns import DurableTurnResult
 from ..telemetry import Telemetry
+from ._expiry import EXPIRE_INTERACTION, expiry_timer, is_expiry
 from ._pipeline import AgentRuntime
 from ._requests import inbox_of, request_fingerprint, submit_request
-from ._schedule import Schedule
 from ._scheduler import Scheduler, schedule_rows_of, utc_now
 from ._watch import Watched, watch_turn
 from ._worker import RunTurn, Worker, WorkerSettings
 
 __all__ = ["AgentInbox"]
+
+log = logging.getLogger("intention_kernel.inbox")
 
 
 class AgentInbox:
@@ -70,7 +76,9 @@ class AgentInbox:
         """A ``Worker`` running this agent's submitted turns (settings: ``WorkerSettings``);
         ``await worker.run()`` until ``worker.stop()`` drains it."""
         chosen = WorkerSettings(**settings)
-        scheduled = chosen.schedules and bool(self._runtime.definition.schedules)
+        scheduled = chosen.schedules and (
+            bool(self._runtime.definition.schedules) or self._timers is not None
+        )
         return Worker(
             self._run_request,
             inbox_of(self._durability),
@@ -87,25 +95,49 @@ class AgentInbox:
         return Scheduler(
             self._runtime.definition.schedules,
             schedule_rows_of(self._durability),
-            self._submit_occurrence,
+            self.submit,
             clock=clock or utc_now,
+            wanted=self._timer_wanted,
         )
 
-    async def _submit_occurrence(
-        self, schedule: Schedule, occurrence: datetime, catch_up: bool
-    ) -> InboxRequest:
-        """One occurrence of a schedule: a submit whose turn id names it (idempotent); the
-        turn's host context names the schedule, the occurrence and whether it catches up."""
-        return await self.submit(
-            thread_id=schedule.thread_id,
-            turn_id=occurrence_turn_id(schedule.id, occurrence),
-            text=schedule.text,
-            host_context={
-                "schedule_id": schedule.id,
-                "occurrence": occurrence.isoformat(),
-                "catch_up": catch_up,
-            },
-        )
+    @property
+    def _timers(self) -> ScheduleRows | None:
+        """The store's schedule rows and timers, if it keeps them."""
+        try:
+            return schedule_rows_of(self._durability)
+        except UsageError:
+            return None
+
+    async def _timer_wanted(self, timer: Timer) -> bool:
+        """A question's timer is wanted while the question is still the thread's open one."""
+        if not is_expiry(timer.selection):
+            return True
+        assert timer.selection is not None
+        load = getattr(self._durability, "load_checkpoint", None)
+        if load is None:  # a store that cannot say: the turn itself checks the question
+            return True
+        checkpoint: KernelCheckpoint | None = await load(timer.thread_id)
+        active = None if checkpoint is None else checkpoint.interaction
+        return active is not None and active.id == timer.selection[EXPIRE_INTERACTION]
+
+    async def _keep_expiry_timer(
+        self, thread_id: str, turn_id: str, stored: DurableTurnResult
+    ) -> None:
+        """After a turn that asked a question with a deadline (committed now or replayed, so a
+        crash before this is repaired by the turn's retry): the timer that closes it then. A
+        store without timers, or one that fails now, leaves the question until the thread's
+        next turn; a late accept is refused either way."""
+        interaction = stored.checkpoint.interaction
+        if interaction is None or interaction.turn_id != turn_id:
+            return
+        timer = expiry_timer(thread_id, interaction)
+        rows = self._timers
+        if timer is None or rows is None:
+            return
+        try:
+            await rows.add_timer(timer)
+        except KernelError as exc:
+            log.warning("the question's expiry timer was not kept: [%s] %s", exc.code, exc.message)
 
     async def work(self, **settings: Any) -> None:
         """Run a worker in this task until it is cancelled (``worker()`` to drain instead)."""

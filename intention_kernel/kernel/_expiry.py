@@ -3,7 +3,9 @@
 Why a deadline on consent: an approval accepted a week later authorizes a price that may have
 changed. A confirmation with a deadline keeps ``expires_at`` (UTC ISO text, from the kernel's
 clock) in its agenda item and its interaction; an accept after it is refused in kernel words
-(``INTERACTION_EXPIRED``) and the consent is asked again with the values of then.
+(``INTERACTION_EXPIRED``) and the consent is asked again with the values of then. A timer (a
+``Timer`` in the store, submitted when due) runs the question's own turn at the deadline, which
+closes the question and drops its operation: an expired question does not stay open forever.
 """
 
 from __future__ import annotations
@@ -14,12 +16,26 @@ from datetime import datetime, timedelta
 
 from pydantic import JsonValue
 
-__all__ = ["EXPIRES_AT", "MAX_CONSENT_SECONDS", "deadline", "expired", "expiry_seconds"]
+from ..contracts.checkpoint import Interaction
+from ..contracts.inbox import Timer
+
+__all__ = [
+    "EXPIRES_AT",
+    "EXPIRE_INTERACTION",
+    "MAX_CONSENT_SECONDS",
+    "deadline",
+    "expired",
+    "expiry_seconds",
+    "expiry_timer",
+    "is_expiry",
+]
 
 MAX_CONSENT_SECONDS = 366 * 86_400
 """The longest a consent may stay acceptable: a year."""
 EXPIRES_AT = "expires_at"
 """The key of the deadline in an agenda item's and an interaction's data."""
+EXPIRE_INTERACTION = "expire_interaction"
+"""The selection of a question's timer turn: ``{"expire_interaction": <interaction id>}``."""
 
 
 def expiry_seconds(value: object) -> float | None:
@@ -58,3 +74,29 @@ def expired(data: Mapping[str, JsonValue], now: datetime) -> bool:
     if moment.tzinfo is None:
         return True
     return now >= moment
+
+
+def is_expiry(selection: Mapping[str, JsonValue] | None) -> bool:
+    """Whether a turn's selection is a question's timer turn."""
+    return selection is not None and set(selection) == {EXPIRE_INTERACTION}
+
+
+def expiry_timer(thread_id: str, interaction: Interaction) -> Timer | None:
+    """The timer that closes ``interaction`` at its deadline (``None``: it has none). Its turn
+    id is derived from the interaction's, so registering it twice keeps one."""
+    stored = interaction.data.get(EXPIRES_AT)
+    if stored is None:
+        return None
+    try:
+        due = datetime.fromisoformat(str(stored))
+    except ValueError:
+        return None
+    if due.tzinfo is None:
+        return None
+    return Timer(
+        thread_id=thread_id,
+        turn_id=f"{interaction.id}@expires",
+        due_at=due,
+        text="",
+        selection={EXPIRE_INTERACTION: interaction.id},
+    )

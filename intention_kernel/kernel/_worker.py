@@ -55,7 +55,8 @@ class WorkerSettings:
     delay of a retry. ``turn_timeout``: each turn's deadline (``run(timeout=...)``).
     ``grace``: seconds a drain lets running turns finish. ``progress_retention``: seconds a
     turn's recorded progress is kept (workers prune older entries every few minutes).
-    ``schedules``: whether the worker also runs the agent's scheduler (``docs/schedules.md``)."""
+    ``schedules``: whether the worker also runs a scheduler: the agent's schedules and the
+    store's due timers (``docs/schedules.md``)."""
 
     concurrency: int = 4
     claim_ttl: float = 30.0

@@ -27,7 +27,7 @@ async def store_schedules(store: DurabilityStore, now: datetime) -> list[Schedul
             code=ErrorCode.NOT_SUPPORTED,
             context={"role": "schedules"},
         )
-    return [describe_schedule(row, now) for row in await rows.list()]
+    return [describe_schedule(row, now) for row in await rows.list_schedules()]
 
 
 def schedule_json(info: ScheduleInfo, now: datetime) -> dict[str, Any]:

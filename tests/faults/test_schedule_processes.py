@@ -78,7 +78,7 @@ async def _finish_and_read(url: str) -> tuple[list[InboxRequest], dict[str, int]
         committed: dict[str, int] = {}
         for turn in await store.list_turns("ops", limit=1000):
             committed[turn.turn_id] = committed.get(turn.turn_id, 0) + 1
-        (row,) = await store.schedules.list()
+        (row,) = await store.schedules.list_schedules()
         return sorted(found, key=_occurrence), committed, row
     finally:
         await store.close()

@@ -12,7 +12,7 @@ import pytest
 from pydantic import BaseModel
 
 from intention_kernel.contracts import DurabilityStore
-from intention_kernel.contracts.errors import AgentCompilationError, ErrorCode
+from intention_kernel.contracts.errors import AgentCompilationError, ErrorCode, InvalidInputError
 from intention_kernel.kernel import (
     CapabilityContext,
     Completed,
@@ -233,3 +233,57 @@ async def test_a_capability_with_a_bad_deadline_fails_its_step(durability: Durab
     [step] = failed.response.steps
     assert step.status == "failed"
     assert step.reason == "the capability's confirmation has an invalid expires_after"
+
+
+async def test_the_question_is_closed_by_its_timer_turn_at_the_deadline(
+    durability: DurabilityStore,
+) -> None:
+    world, payments, clock = _world(durability, _charge_expiring(60.0))
+    world.say("charge 42", CHARGE_42)
+    proposed = await world.run("turn-1", "charge 42")
+    question = proposed.checkpoint.interaction
+    assert question is not None
+    rows: Any = getattr(durability, "schedules")  # noqa: B009 - the store's timers
+    deadline = T0 + timedelta(seconds=60)
+    assert await rows.due_timers(deadline - timedelta(seconds=1)) == []
+    [timer] = await rows.due_timers(deadline)
+    assert (timer.turn_id, timer.due_at) == (f"{question.id}@expires", deadline)
+    assert timer.selection == {"expire_interaction": question.id}
+
+    clock.now = deadline  # the kernel's clock; the scheduler's is the same moment
+    scheduler = world.agent.scheduler(clock=clock)
+    assert await scheduler.tick() > 0  # submits the question's turn, forgets the timer
+    assert scheduler.fired == 1 and await rows.next_timer() is None
+    request = await durability.inbox.get("t1", timer.turn_id)  # type: ignore[attr-defined]
+    assert request is not None and request.selection == timer.selection
+    calls = world.gateway.count()
+    closed = await world.agent.run(
+        thread_id="t1", turn_id=timer.turn_id, text="", selection=timer.selection
+    )
+    assert world.gateway.count() == calls  # the kernel's words: no model call
+    assert closed.checkpoint.interaction is None and closed.checkpoint.agenda == []
+    assert closed.response.text.startswith("The question expired (Charge the customer")
+    decision = _decision(closed)
+    assert (decision["decision"], decision["via"]) == ("expired", "timer")
+    assert payments.calls == []
+    with pytest.raises(InvalidInputError) as late:  # the old button answers nothing now
+        await world.run("turn-3", "", selection=accept(proposed))
+    assert late.value.code == ErrorCode.INTERACTION_NOT_ACTIVE
+
+
+async def test_a_question_answered_in_time_drops_its_timer_unsubmitted(
+    durability: DurabilityStore,
+) -> None:
+    world, payments, clock = _world(durability, _charge_expiring(60.0))
+    world.say("charge 42", CHARGE_42)
+    proposed = await world.run("turn-1", "charge 42")
+    clock.now = T0 + timedelta(seconds=30)
+    await world.run("turn-2", "", selection=accept(proposed))
+    assert payments.calls == ["payments.charge:order:42"]
+    clock.now = T0 + timedelta(seconds=61)
+    scheduler = world.agent.scheduler(clock=clock)
+    await scheduler.tick()
+    rows: Any = getattr(durability, "schedules")  # noqa: B009 - the store's timers
+    assert scheduler.fired == 1 and await rows.next_timer() is None
+    inbox: Any = getattr(durability, "inbox")  # noqa: B009
+    assert await inbox.list_requests(thread_id="t1") == []  # nothing was submitted

@@ -207,7 +207,7 @@ async def test_two_schedulers_on_one_store_submit_each_occurrence_once(sqlite_st
         "catch_up": False,
     }
     assert first.submitted + second.submitted == 6  # both submitted each; one request each
-    (row,) = await sqlite_store.schedules.list()
+    (row,) = await sqlite_store.schedules.list_schedules()
     assert row.last_occurrence == at("2026-01-01T09:00:30")
 
 
@@ -259,7 +259,7 @@ async def test_a_changed_schedule_counts_from_its_change_and_a_clock_going_back_
         ("10:00:00", "hourly"),
         ("10:45:00", "quarterly"),
     ]
-    (row,) = await sqlite_store.schedules.list()
+    (row,) = await sqlite_store.schedules.list_schedules()
     info = describe_schedule(row, clock.now)
     assert (info.cron, info.text, info.next_occurrence) == (
         "*/15 * * * *",
@@ -287,7 +287,7 @@ async def test_a_failed_round_is_retried_and_records_nothing(
     monkeypatch.setattr(storage, "submit", busy)
     with pytest.raises(KernelError, match="busy"):
         await scheduler.tick()
-    assert (await sqlite_store.schedules.list())[0].last_occurrence is None
+    assert (await sqlite_store.schedules.list_schedules())[0].last_occurrence is None
     monkeypatch.setattr(storage, "submit", real)
     await scheduler.tick()
     assert [r.turn_id for r in await requests(sqlite_store, "ops")] == ["e@2026-01-01T09:00:01Z"]

@@ -310,7 +310,7 @@ class MemoryDurability(DurableStore[Lease]):
             inspection=MemoryInspection(state),
             inbox=MemoryInbox(state),
             flow=MemoryFlow(state.flow),
-            schedules=MemorySchedules(state.schedules),
+            schedules=MemorySchedules(state.schedules, state.timers),
             lock_timeout=lock_timeout,
             json_limits=json_limits,
         )

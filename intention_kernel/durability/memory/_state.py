@@ -15,6 +15,7 @@ from ...contracts.inbox import StoredSchedule
 from ...contracts.receipts import EffectReceipt
 from .._documents import decode_model, decode_turn, encode_model, unreadable, unreadable_event
 from .._ledger import needs_operator
+from .._schedule_role import TimerRow
 from ..storage import StoredTurn
 from ._flow import FlowState
 
@@ -80,6 +81,8 @@ class MemoryStore:
     """Budget counters and provider slots (``memory._flow``)."""
     schedules: dict[str, StoredSchedule] = field(default_factory=dict)
     """Schedule rows by id (``memory._schedules``)."""
+    timers: dict[tuple[str, str], TimerRow] = field(default_factory=dict)
+    """Timers by ``(thread_id, turn_id)``."""
     head_facts: dict[str, tuple[str, str | None]] = field(default_factory=dict)
     """Per head: its agent fingerprint and pending interaction kind, as committed (what the
     SQL stores keep on the head row for the listing filters)."""

@@ -315,8 +315,9 @@ MIGRATIONS: tuple[str, ...] = (
     """,
     # 8: budget counters and provider slots (``_flow_schema``).
     FLOW_MIGRATION,
-    # 9: schedules (``_schedules``): the definition a scheduler last registered, the moment its
-    # occurrences count from and the latest occurrence dealt with.
+    # 9: schedules and timers (``_schedules``): the definition a scheduler last registered, the
+    # moment its occurrences count from and the latest occurrence dealt with; turns to submit
+    # at a time.
     """
     CREATE TABLE {s}.schedules (
         schedule_id     text PRIMARY KEY,
@@ -325,6 +326,15 @@ MIGRATIONS: tuple[str, ...] = (
         seen_at         timestamptz NOT NULL,
         last_occurrence timestamptz
     );
+    CREATE TABLE {s}.timers (
+        thread_id text NOT NULL,
+        turn_id   text NOT NULL,
+        due_at    timestamptz NOT NULL,
+        text      text NOT NULL,
+        payload   text NOT NULL,
+        PRIMARY KEY (thread_id, turn_id)
+    );
+    CREATE INDEX timers_due ON {s}.timers (due_at);
     """,
 )
 

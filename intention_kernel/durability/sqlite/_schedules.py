@@ -7,11 +7,12 @@ latest time. A row whose times cannot be read back is reported as ``CHECKPOINT_C
 from __future__ import annotations
 
 import sqlite3
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from ...contracts.errors import CheckpointCorruptError
 from ...contracts.inbox import StoredSchedule
+from .._schedule_role import TimerRow
 from ._connection import Connection
 from ._inbox_rows import iso, read_time
 
@@ -74,3 +75,61 @@ class SQLiteSchedules:
             return [_row(row) for row in found.fetchall()]
 
         return await self._db.read(rows, what="schedule list")
+
+    async def add_timer(
+        self, thread_id: str, turn_id: str, due_at: datetime, text: str, payload: str
+    ) -> None:
+        def add(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "INSERT INTO ik_timers (thread_id, turn_id, due_at, text, payload)"
+                " VALUES (?, ?, ?, ?, ?) ON CONFLICT (thread_id, turn_id) DO NOTHING",
+                (thread_id, turn_id, iso(due_at), text, payload),
+            )
+
+        await self._db.write(add, what="timer add")
+
+    async def due_timers(self, now: datetime, limit: int) -> list[TimerRow]:
+        def due(conn: sqlite3.Connection) -> list[TimerRow]:
+            found = conn.execute(
+                "SELECT thread_id, turn_id, due_at, CAST(text AS BLOB), CAST(payload AS BLOB)"
+                " FROM ik_timers WHERE due_at <= ? ORDER BY due_at LIMIT ?",
+                (iso(now), limit),
+            ).fetchall()
+            return [_timer(row) for row in found]
+
+        return await self._db.read(due, what="timer due")
+
+    async def next_timer(self) -> datetime | None:
+        def earliest(conn: sqlite3.Connection) -> datetime | None:
+            (found,) = conn.execute("SELECT min(due_at) FROM ik_timers").fetchone()
+            return read_time(found)
+
+        return await self._db.read(earliest, what="timer next")
+
+    async def drop_timer(self, thread_id: str, turn_id: str) -> None:
+        def drop(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "DELETE FROM ik_timers WHERE thread_id = ? AND turn_id = ?", (thread_id, turn_id)
+            )
+
+        await self._db.write(drop, what="timer drop")
+
+
+def _timer(found: tuple[Any, ...]) -> TimerRow:
+    """A stored timer; unreadable text or payload comes back empty (the facade then submits
+    the turn without them, rather than never)."""
+    thread_id, turn_id, due_at, text, payload = found
+    return (
+        str(thread_id),
+        str(turn_id),
+        read_time(due_at) or datetime.min.replace(tzinfo=UTC),
+        _text(text),
+        _text(payload),
+    )
+
+
+def _text(value: Any) -> str:
+    try:
+        return bytes(value).decode("utf-8")
+    except (TypeError, UnicodeDecodeError):
+        return ""

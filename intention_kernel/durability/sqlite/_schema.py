@@ -213,8 +213,9 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             tickets INTEGER NOT NULL
         ) WITHOUT ROWID""",
     ),
-    # 7: schedules (``_schedules``): the definition a scheduler last registered, the moment
-    # its occurrences count from and the latest occurrence dealt with (UTC ISO text).
+    # 7: schedules and timers (``_schedules``): the definition a scheduler last registered, the
+    # moment its occurrences count from and the latest occurrence dealt with; turns to submit
+    # at a time (UTC ISO text).
     (
         """CREATE TABLE ik_schedules (
             schedule_id TEXT PRIMARY KEY,
@@ -223,6 +224,15 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             seen_at TEXT NOT NULL,
             last_occurrence TEXT
         ) WITHOUT ROWID""",
+        """CREATE TABLE ik_timers (
+            thread_id TEXT NOT NULL,
+            turn_id TEXT NOT NULL,
+            due_at TEXT NOT NULL,
+            text TEXT NOT NULL,
+            payload TEXT NOT NULL,
+            PRIMARY KEY (thread_id, turn_id)
+        ) WITHOUT ROWID""",
+        "CREATE INDEX ik_timers_due ON ik_timers (due_at)",
     ),
 )
 

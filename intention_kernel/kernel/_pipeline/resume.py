@@ -36,7 +36,7 @@ from pydantic import JsonValue, ValidationError
 from ...contracts.checkpoint import AgendaItem, AgendaStatus, Interaction
 from ...contracts.errors import ErrorCode, InvalidInputError
 from ...contracts.events import EventCategory
-from .._expiry import EXPIRES_AT, expired
+from .._expiry import EXPIRE_INTERACTION, EXPIRES_AT, expired, is_expiry
 from .._states import EffectKind, HoldReason
 from ..approval import Approval, ConfirmationAnswer, consent_data
 from .edits import Edit, apply_edit, checked_edit
@@ -58,6 +58,10 @@ EXPIRED = (
     " Please confirm again."
 )
 INTERACTION_EXPIRED = ErrorCode.INTERACTION_EXPIRED
+QUESTION_EXPIRED = (
+    "The question expired ({what}): nothing was done. Ask again if you still want it."
+)
+NOTHING_EXPIRED = "Nothing was waiting for an answer any more."
 WAITING = "I cannot do that yet ({what}): it needs {refs} first. I will ask you again then."
 _KERNEL_KEYS = ("missing", "digest", "relied_on", "prompt", "options", "accept", EXPIRES_AT)
 _CONFIRMING = (AgendaStatus.AWAITING_CONFIRMATION, AgendaStatus.NEEDS_CONFIRMATION)
@@ -71,6 +75,8 @@ class Chosen:
     via: str  # "selection" | "text"
     edit: Edit | None = None
     """Accepted with edited arguments (a selection's ``edits``, checked)."""
+    expiry: bool = False
+    """Not an answer: the question's deadline passed (its timer turn, ``_expiry``)."""
 
 
 def _refuse(message: str, code: ErrorCode, **context: JsonValue) -> InvalidInputError:
@@ -81,6 +87,12 @@ def selected_answer(state: TurnState) -> Chosen | None:
     """A UI answer (``{"interaction_id", "option"[, "thread_id", "edits"]}``), checked before
     any model call. Selections without ``interaction_id`` are passed on to the model as before."""
     selection = state.turn.selection
+    if is_expiry(selection):
+        assert selection is not None
+        active = None if state.checkpoint is None else state.checkpoint.interaction
+        if active is None or active.id != selection[EXPIRE_INTERACTION]:
+            return None  # answered meanwhile: ``resume`` says nothing waits
+        return Chosen(active, "", "timer", expiry=True)
     if selection is None or "interaction_id" not in selection:
         return None
     named = selection.get("interaction_id")
@@ -184,6 +196,34 @@ def _ask_again(plan: Plan, step: PlannedStep, item: AgendaItem, kernel_owned: bo
         plan.held.append(HeldStep(step, HoldReason.AWAITING_CONFIRMATION, reason))
     else:
         _first(plan, step)  # no answer: the capability asks again itself
+
+
+def _expire(state: TurnState, plan: Plan, chosen: Chosen) -> None:
+    """The question's timer turn: past its deadline, the question is closed and its operation
+    dropped (nothing runs); before it (a clock behind the timer's), nothing changes."""
+    checkpoint = state.checkpoint
+    assert checkpoint is not None
+    interaction = chosen.interaction
+    item = next((a for a in checkpoint.agenda if a.id == interaction.agenda_item_id), None)
+    if item is None or not expired(item.data, state.runtime.clock()):
+        plan.notes.append(NOTHING_EXPIRED)
+        return
+    plan.close_interaction = True
+    plan.resolved.add(item.id)
+    cap = state.runtime.capabilities.get(item.capability_id)
+    description = (cap.description if cap else item.capability_id).rstrip(".")
+    record: dict[str, JsonValue] = {
+        "interaction_id": interaction.id,
+        "agenda_item_id": item.id,
+        "capability_id": item.capability_id,
+        "turn_id": state.turn.turn_id,
+        "expires_at": item.data[EXPIRES_AT],
+    }
+    plan.decisions.append(
+        {**record, "decision": "expired", "code": str(INTERACTION_EXPIRED), "via": "timer"}
+    )
+    plan.notes.append(QUESTION_EXPIRED.format(what=description))
+    _audit(state, "confirmation.expired", record)
 
 
 def _answer(state: TurnState, plan: Plan, chosen: Chosen) -> None:
@@ -387,7 +427,11 @@ def resume(state: TurnState, chosen: Chosen | None) -> None:
     if chosen is None:
         chosen = spoken_answer(state, plan)
     _merge_restatements(state, plan, chosen)
-    if chosen is not None:
+    if chosen is not None and chosen.expiry:
+        _expire(state, plan, chosen)
+    elif chosen is not None:
         _answer(state, plan, chosen)
+    elif is_expiry(state.turn.selection):
+        plan.notes.append(NOTHING_EXPIRED)
     _answer_input(state, plan)
     _resume_waiting(state, plan)

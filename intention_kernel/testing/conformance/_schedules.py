@@ -9,8 +9,9 @@ A store with schedules runs these next to the inbox suite, with the same harness
 
 What holds on every store: a registration keeps the definition, its anchor moves only when the
 definition changes, the latest occurrence never goes back, rows outlive a restart, bad input is
-refused with nothing written; and the submits of one occurrence by two schedulers (two store
-instances, as two processes) are one request.
+refused with nothing written; the submits of one occurrence by two schedulers (two store
+instances, as two processes) are one request; timers come back when due, earliest first, once
+per ids, and until dropped.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from ...contracts.errors import ErrorCode, InvalidInputError
-from ...contracts.inbox import ScheduleRows, occurrence_turn_id
+from ...contracts.inbox import ScheduleRows, Timer, occurrence_turn_id
 from ._inbox_support import PENDING, InboxHarness, InboxStore, inbox_test, submit
 
 __all__ = ["ScheduleConformance"]
@@ -72,7 +73,7 @@ class ScheduleConformance:
         await rows.advance("unknown", T0)  # no row is made for it
         if h.durable:
             await store.close()
-        listed = await _rows(await h.open()).list()
+        listed = await _rows(await h.open()).list_schedules()
         assert [r.schedule_id for r in listed] == ["a", "b"]
         assert _same_moment(listed[0].last_occurrence, T0 + timedelta(days=2))
         assert listed[1].last_occurrence is None
@@ -95,7 +96,7 @@ class ScheduleConformance:
             assert raised.value.code == code, (schedule_id, raised.value)
         with pytest.raises(InvalidInputError):
             await rows.advance("s", naive)
-        assert await rows.list() == []
+        assert await rows.list_schedules() == []
 
     @inbox_test
     async def test_two_schedulers_submitting_one_occurrence_make_one_request(
@@ -111,3 +112,52 @@ class ScheduleConformance:
         }
         listed = await first.inbox.list_requests(thread_id="ops")
         assert [r.turn_id for r in listed] == [turn_id]
+
+    @inbox_test
+    async def test_timers_come_back_when_due_earliest_first_until_dropped(
+        self, h: InboxHarness
+    ) -> None:
+        store = await h.open()
+        rows = _rows(store)
+        assert await rows.next_timer() is None
+        later = Timer("t1", "later", T0 + timedelta(seconds=10), "", {"expire_interaction": "i"})
+        sooner = Timer("t2", "sooner", T0 + timedelta(seconds=5), "hello", None, {"actor": "a"})
+        await rows.add_timer(later)
+        await rows.add_timer(sooner)
+        await rows.add_timer(Timer("t1", "later", T0, "other"))  # the same ids: the first stays
+        assert _same_moment(await rows.next_timer(), sooner.due_at)
+        assert await rows.due_timers(T0 + timedelta(seconds=4)) == []
+        assert [t.turn_id for t in await rows.due_timers(T0 + timedelta(seconds=7))] == ["sooner"]
+        if h.durable:
+            await store.close()
+            rows = _rows(await h.open())
+        both = await rows.due_timers(T0 + timedelta(seconds=10))
+        assert [(t.thread_id, t.turn_id, t.text) for t in both] == [
+            ("t2", "sooner", "hello"),
+            ("t1", "later", ""),
+        ]
+        assert (both[0].selection, both[0].host_context) == (None, {"actor": "a"})
+        assert (both[1].selection, both[1].host_context) == ({"expire_interaction": "i"}, None)
+        assert _same_moment(both[1].due_at, later.due_at)
+        await rows.drop_timer("t2", "sooner")
+        await rows.drop_timer("t2", "sooner")  # already gone: nothing
+        assert [t.turn_id for t in await rows.due_timers(T0 + timedelta(days=1))] == ["later"]
+
+    @inbox_test
+    async def test_a_bad_timer_is_refused_and_nothing_is_written(self, h: InboxHarness) -> None:
+        rows = _rows(await h.open())
+        naive = datetime(2026, 1, 1, 8, 0)
+        bad = [
+            (Timer("t", "u", naive, "x"), ErrorCode.INVALID_INPUT),
+            (Timer(" ", "u", T0, "x"), ErrorCode.INVALID_THREAD_ID),
+            (Timer("t", "\u200b", T0, "x"), ErrorCode.INVALID_TURN_ID),
+            (Timer("t", "u", T0, "x", {"v": object()}), ErrorCode.NOT_SERIALIZABLE),
+            (Timer("t", "u", T0, "x", None, {"v": float("inf")}), ErrorCode.NON_FINITE_NUMBER),
+        ]
+        for timer, code in bad:
+            with pytest.raises(InvalidInputError) as raised:
+                await rows.add_timer(timer)
+            assert raised.value.code == code, (timer, raised.value)
+        with pytest.raises(InvalidInputError):
+            await rows.add_timer("not a timer")  # type: ignore[arg-type]
+        assert await rows.next_timer() is None
