@@ -61,19 +61,22 @@ def deadline(now: datetime, seconds: float | None) -> dict[str, JsonValue]:
     return {EXPIRES_AT: (now + timedelta(seconds=seconds)).isoformat()}
 
 
+def _deadline_of(data: Mapping[str, JsonValue]) -> datetime | None:
+    """The stored deadline, if it reads as an aware time."""
+    try:
+        moment = datetime.fromisoformat(str(data[EXPIRES_AT]))
+    except (KeyError, ValueError):
+        return None
+    return moment if moment.tzinfo is not None else None
+
+
 def expired(data: Mapping[str, JsonValue], now: datetime) -> bool:
     """Whether the confirmation with ``data`` can no longer be accepted at ``now``. A stored
     deadline that cannot be read counts as passed: consent is asked again, never assumed."""
-    stored = data.get(EXPIRES_AT)
-    if stored is None:
+    if EXPIRES_AT not in data:
         return False
-    try:
-        moment = datetime.fromisoformat(str(stored))
-    except ValueError:
-        return True
-    if moment.tzinfo is None:
-        return True
-    return now >= moment
+    moment = _deadline_of(data)
+    return moment is None or now >= moment
 
 
 def is_expiry(selection: Mapping[str, JsonValue] | None) -> bool:
@@ -84,14 +87,8 @@ def is_expiry(selection: Mapping[str, JsonValue] | None) -> bool:
 def expiry_timer(thread_id: str, interaction: Interaction) -> Timer | None:
     """The timer that closes ``interaction`` at its deadline (``None``: it has none). Its turn
     id is derived from the interaction's, so registering it twice keeps one."""
-    stored = interaction.data.get(EXPIRES_AT)
-    if stored is None:
-        return None
-    try:
-        due = datetime.fromisoformat(str(stored))
-    except ValueError:
-        return None
-    if due.tzinfo is None:
+    due = _deadline_of(interaction.data)
+    if due is None:
         return None
     return Timer(
         thread_id=thread_id,

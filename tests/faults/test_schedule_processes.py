@@ -111,33 +111,32 @@ def _run_with_a_kill(url: str, schedulers: int, seed: int) -> datetime:
         _stop(processes)
 
 
-@pytest.mark.parametrize("seed", [int(os.environ.get("IK_FAULT_SEED", "7"))])
-def test_three_schedulers_on_postgres_one_killed_lose_no_occurrence(
-    dsn: str, schema: str, seed: int
-) -> None:
-    url = f"{dsn}?schema={schema}"
+def _no_occurrence_lost(url: str, schedulers: int, seed: int) -> None:
+    """Run the schedulers with a kill; every second from the first start to the stop ran once."""
     began = datetime.now().astimezone()
-    stopped = _run_with_a_kill(url, 3, seed)
+    stopped = _run_with_a_kill(url, schedulers, seed)
     requests, committed, row = asyncio.run(_finish_and_read(url))
     _every_second_once(requests, committed)
-    assert stopped - _occurrence(requests[-1]) < timedelta(seconds=3)  # to the end
-    assert _occurrence(requests[0]) - began < timedelta(seconds=3)  # from the first start
+    assert _occurrence(requests[0]) - began < timedelta(seconds=5)  # from the first start
+    assert stopped - _occurrence(requests[-1]) < timedelta(seconds=4)  # to the end
     assert row.last_occurrence == _occurrence(requests[-1])
 
 
-@pytest.mark.parametrize("seed", [int(os.environ.get("IK_FAULT_SEED", "7"))])
-def test_two_schedulers_on_sqlite_one_killed_lose_no_occurrence(tmp_path: Path, seed: int) -> None:
-    url = f"sqlite:///{tmp_path / 'scheduled.db'}"
-    began = datetime.now().astimezone()
-    stopped = _run_with_a_kill(url, 2, seed)
-    requests, committed, row = asyncio.run(_finish_and_read(url))
-    _every_second_once(requests, committed)
-    assert stopped - _occurrence(requests[-1]) < timedelta(seconds=3)  # to the end
-    assert _occurrence(requests[0]) - began < timedelta(seconds=3)
-    assert row.last_occurrence == _occurrence(requests[-1])
+SEED = int(os.environ.get("IK_FAULT_SEED", "7"))
+
+
+def test_three_schedulers_on_postgres_one_killed_lose_no_occurrence(dsn: str, schema: str) -> None:
+    _no_occurrence_lost(f"{dsn}?schema={schema}", 3, SEED)
+
+
+def test_two_schedulers_on_sqlite_one_killed_lose_no_occurrence(tmp_path: Path) -> None:
+    _no_occurrence_lost(f"sqlite:///{tmp_path / 'scheduled.db'}", 2, SEED)
 
 
 GRACE = 1.5
+CLOCKS = timedelta(seconds=0.05)
+"""How far the store's clock (a submit's ``submitted_at``) may be behind a scheduler's: one
+machine's wall clock read by two processes."""
 
 
 @pytest.mark.parametrize("missed", list(MissedRuns))
@@ -162,16 +161,20 @@ def test_a_scheduler_killed_and_back_applies_its_missed_policy(
     gaps = [(a, b) for a, b in itertools.pairwise(times) if b - a > timedelta(seconds=1)]
     assert len(gaps) == 1, times  # the downtime, and only it
     before, after = gaps[0]
-    back = row.seen_at  # the restarted scheduler's registration
     absent = [before + timedelta(seconds=n) for n in range(1, (after - before).seconds)]
-    assert absent and absent[0] <= killed + timedelta(seconds=0.5)
-    # Every occurrence of the gap was at least the grace late when the scheduler came back.
-    assert absent[-1] <= back - timedelta(seconds=GRACE) + timedelta(seconds=0.3)
+    assert absent and absent[0] <= killed + timedelta(seconds=1)  # the next one after the kill
+    # The restarted scheduler registered (``seen_at``), then ticked, then submitted the first
+    # request after the gap: its tick's clock lies between the two.
+    back = row.seen_at
+    first_after = next(r for r in requests if _occurrence(r) == after)
+    ticked_by = first_after.submitted_at + CLOCKS
+    # Every occurrence of the gap was at least the grace late at that tick.
+    assert absent[-1] <= ticked_by - timedelta(seconds=GRACE)
     caught = [r for r in requests if r.host_context and r.host_context["catch_up"]]
     if missed is MissedRuns.SKIP:
         assert caught == []
-        assert after > back - timedelta(seconds=GRACE) - timedelta(seconds=0.3)  # on time
+        assert after > back - timedelta(seconds=GRACE)  # on time: less than the grace late
     else:
         # The latest missed occurrence ran once, and it is the first after the gap.
         assert [_occurrence(r) for r in caught] == [after]
-        assert after <= back - timedelta(seconds=GRACE) + timedelta(seconds=0.3)
+        assert after <= ticked_by - timedelta(seconds=GRACE)
