@@ -84,3 +84,36 @@ def test_no_schedules_says_so(tmp_path: Path) -> None:
 
 async def _open_close(path: Path) -> None:
     await (await SQLiteDurability.open(path)).close()
+
+
+def test_a_row_another_writer_changed_is_listed_alone_and_repaired_by_a_scheduler(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "s.db"
+    _registered(path)
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute(
+            "UPDATE ik_schedules SET anchor = 'yesterday', last_occurrence = x'ff00',"
+            " definition = x'ff' WHERE schedule_id = 'digest'"
+        )
+    conn.close()
+    digest, hourly = cli_json("schedules", "--store", str(path))["schedules"]
+    assert (digest["cron"], digest["next_occurrence"], digest["last_occurrence"]) == (
+        "",
+        None,
+        None,
+    )
+    assert digest["anchor"].startswith("0001-01-01")
+    assert hourly["cron"] == "0 * * * *"  # the other schedule is untouched
+
+    async def register_again() -> tuple[datetime, datetime | None]:
+        store = await SQLiteDurability.open(path)
+        try:
+            again = define_schedule("digest", cron="0 8 * * 1-5", thread_id="ops", text="Send")
+            row = await store.schedules.register(again.id, again.definition(), T0)
+            return row.anchor, row.last_occurrence
+        finally:
+            await store.close()
+
+    assert asyncio.run(register_again()) == (T0, None)  # counts from this registration

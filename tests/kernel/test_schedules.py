@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
+import sqlite3
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -21,7 +23,7 @@ from intention_kernel.contracts.errors import (
     KernelError,
     UsageError,
 )
-from intention_kernel.contracts.inbox import InboxRequest, occurrence_turn_id
+from intention_kernel.contracts.inbox import InboxRequest, Timer, occurrence_turn_id
 from intention_kernel.durability import DurableStore
 from intention_kernel.durability.sqlite import SQLiteDurability
 from intention_kernel.kernel import CompiledAgent, Kernel, Schedule, describe_schedule
@@ -310,3 +312,23 @@ async def test_a_worker_runs_its_schedule_turns(tmp_path: Path) -> None:
         assert worker.scheduler is not None and worker.scheduler.submitted >= 2
     finally:
         await store.close()
+
+
+async def test_a_timer_another_writer_changed_is_submitted_as_it_can_be_or_dropped(
+    sqlite_store: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = Clock(at("2026-01-01T09:00:00"))
+    rows = sqlite_store.schedules
+    await rows.add_timer(Timer("ops", "ping", clock.now, "ping", {"x": 1}))
+    await rows.add_timer(Timer("ops", "blank", clock.now, "", {"expire_interaction": "i"}))
+    conn = sqlite3.connect(tmp_path / "s.db")
+    with conn:
+        conn.execute("UPDATE ik_timers SET payload = x'ff', due_at = 'soon'")
+    conn.close()
+    scheduler = _agent(sqlite_store).scheduler(clock=clock)
+    with caplog.at_level(logging.WARNING, logger="intention_kernel.schedules"):
+        await scheduler.tick()
+    assert scheduler.fired == 2 and await rows.next_timer() is None
+    [ping] = await requests(sqlite_store, "ops")  # blank text and no selection: refused
+    assert (ping.turn_id, ping.text, ping.selection) == ("ping", "ping", None)
+    assert "timer ops/blank refused, dropped: [INVALID_TEXT]" in caplog.text

@@ -1,7 +1,9 @@
 """``SQLiteSchedules``: the ``ScheduleStorage`` role of the embedded store (``ik_schedules``).
 
-Times are UTC ISO text of fixed width (``_inbox_rows.iso``), so ``max`` of the text is the
-latest time. A row whose times cannot be read back is reported as ``CHECKPOINT_CORRUPT``.
+Times are UTC ISO text of fixed width (``_inbox_rows.iso``), so comparing the text compares
+the times. A part of a row that cannot be read back (text another writer changed) reads as
+empty or long ago, for its schedule alone, and a scheduler's next registration writes it anew:
+the schedule then counts its occurrences from that registration.
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ import sqlite3
 from datetime import UTC, datetime
 from typing import Any
 
-from ...contracts.errors import CheckpointCorruptError
 from ...contracts.inbox import StoredSchedule
 from .._schedule_role import TimerRow
 from ._connection import Connection
@@ -21,19 +22,27 @@ __all__ = ["SQLiteSchedules"]
 _COLUMNS = "schedule_id, CAST(definition AS BLOB), anchor, seen_at, last_occurrence"
 
 
+_READABLE = "GLOB '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]T*'"
+"""A stored time as ``iso`` writes it (text another writer changed is not)."""
+_LONG_AGO = datetime.min.replace(tzinfo=UTC)
+
+
 def _row(found: tuple[Any, ...]) -> StoredSchedule:
+    """A schedule's row; a part that cannot be read (text another writer changed) reads as
+    empty or long ago, for this schedule alone: a scheduler's next registration repairs it."""
     schedule_id, definition, anchor, seen_at, last = found
-    anchor_at, seen = read_time(anchor), read_time(seen_at)
-    last_at = read_time(last)
-    try:
-        text = definition.decode("utf-8")
-    except (AttributeError, UnicodeDecodeError):
-        text = None
-    if text is None or anchor_at is None or seen is None or (last is not None and last_at is None):
-        raise CheckpointCorruptError(
-            "a stored schedule cannot be read", context={"schedule_id": str(schedule_id)}
-        )
-    return StoredSchedule(str(schedule_id), text, anchor_at, seen, last_at)
+    return StoredSchedule(
+        str(schedule_id),
+        _text(definition),
+        _time(anchor) or _LONG_AGO,
+        _time(seen_at) or _LONG_AGO,
+        _time(last),
+    )
+
+
+def _time(value: Any) -> datetime | None:
+    """A stored time, or ``None`` (missing, or not text as ``iso`` writes it)."""
+    return read_time(value) if isinstance(value, str) else None
 
 
 class SQLiteSchedules:
@@ -49,7 +58,10 @@ class SQLiteSchedules:
             found = conn.execute(
                 "INSERT INTO ik_schedules (schedule_id, definition, anchor, seen_at)"
                 " VALUES (?1, ?2, ?3, ?3) ON CONFLICT (schedule_id) DO UPDATE SET seen_at = ?3,"
-                " anchor = CASE WHEN definition = ?2 THEN anchor ELSE ?3 END, definition = ?2"
+                f" anchor = CASE WHEN definition = ?2 AND anchor {_READABLE} AND"
+                f" (last_occurrence IS NULL OR last_occurrence {_READABLE}) THEN anchor"
+                " ELSE ?3 END, definition = ?2,"
+                f" last_occurrence = CASE WHEN last_occurrence {_READABLE} THEN last_occurrence END"
                 f" RETURNING {_COLUMNS}",
                 (schedule_id, definition, at),
             ).fetchone()
@@ -92,7 +104,8 @@ class SQLiteSchedules:
         def due(conn: sqlite3.Connection) -> list[TimerRow]:
             found = conn.execute(
                 "SELECT thread_id, turn_id, due_at, CAST(text AS BLOB), CAST(payload AS BLOB)"
-                " FROM ik_timers WHERE due_at <= ? ORDER BY due_at LIMIT ?",
+                f" FROM ik_timers WHERE due_at <= ? OR NOT due_at {_READABLE}"
+                " ORDER BY due_at LIMIT ?",
                 (iso(now), limit),
             ).fetchall()
             return [_timer(row) for row in found]
@@ -102,7 +115,7 @@ class SQLiteSchedules:
     async def next_timer(self) -> datetime | None:
         def earliest(conn: sqlite3.Connection) -> datetime | None:
             (found,) = conn.execute("SELECT min(due_at) FROM ik_timers").fetchone()
-            return read_time(found)
+            return _time(found)
 
         return await self._db.read(earliest, what="timer next")
 
@@ -116,13 +129,13 @@ class SQLiteSchedules:
 
 
 def _timer(found: tuple[Any, ...]) -> TimerRow:
-    """A stored timer; unreadable text or payload comes back empty (the facade then submits
-    the turn without them, rather than never)."""
+    """A stored timer; an unreadable time is due now, unreadable text or payload comes back
+    empty (the turn is then submitted without them, or refused and dropped: never stuck)."""
     thread_id, turn_id, due_at, text, payload = found
     return (
         str(thread_id),
         str(turn_id),
-        read_time(due_at) or datetime.min.replace(tzinfo=UTC),
+        _time(due_at) or _LONG_AGO,
         _text(text),
         _text(payload),
     )
