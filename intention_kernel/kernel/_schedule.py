@@ -88,6 +88,19 @@ class Schedule:
             if (moment < start) if reverse else (moment > start):
                 yield moment
 
+    def _latest(self, since: datetime, bound: datetime) -> datetime | None:
+        """The latest occurrence in ``(since, bound]``. Walking back goes by wall time, which
+        passes over a repeated hour's first instances (later on the wall, earlier in fact), so
+        the last ``_FOLD`` before ``bound`` is walked forward as well."""
+        back = next(self._walk(bound + _TICK, reverse=True), None)
+        latest = back if back is not None and back > since else None
+        for moment in self._walk(max(since, bound - _FOLD)):
+            if moment > bound:
+                break
+            if latest is None or moment > latest:
+                latest = moment
+        return latest
+
     def next_after(self, moment: datetime) -> datetime:
         """The first occurrence strictly after ``moment``."""
         return next(self._walk(moment))
@@ -102,15 +115,17 @@ class Schedule:
                 break
             on_time.append(moment)
         missed = None
-        if since < now - grace:  # the latest occurrence at or before now - grace, if after since
-            latest = next(self._walk(now - grace + _TICK, reverse=True))
-            missed = latest if latest > since else None
+        bound = now - grace
+        if since < bound:  # the latest occurrence in (since, now - grace]
+            missed = self._latest(since, bound)
         last = on_time[-1] if on_time else missed
         catch_up = missed if self.missed is MissedRuns.CATCH_UP_ONE else None
         return Due(tuple(on_time), catch_up, last)
 
 
 _TICK = timedelta(microseconds=1)
+_FOLD = timedelta(hours=3)
+"""More than any zone's daylight saving shift: how far back a repeated hour can reach."""
 
 
 def _as_utc(moment: datetime) -> datetime:

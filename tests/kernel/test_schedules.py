@@ -143,6 +143,26 @@ def test_fall_back_runs_a_daily_time_once_and_an_hourly_one_in_both_hours() -> N
     assert len(turn_ids) == 5
 
 
+def test_a_missed_occurrence_in_a_repeated_hour_is_caught_up() -> None:
+    # 02:30 CEST on 2026-10-25 is 00:30 UTC; at 01:01 UTC the wall clock reads 02:01 CET, so
+    # walking back by wall time alone finds the 24th's 02:30 first.
+    daily = define_schedule(
+        "d",
+        cron="30 2 * * *",
+        thread_id="t",
+        text="x",
+        timezone=BERLIN.key,
+        grace=60,
+        missed="catch_up_one",
+    )
+    due = daily.due(since=at("2026-10-25T00:10:00"), now=at("2026-10-25T01:01:00"))
+    assert (due.catch_up, due.on_time, due.last) == (
+        at("2026-10-25T00:30:00"),
+        (),
+        at("2026-10-25T00:30:00"),
+    )
+
+
 def _all_due(schedule: Schedule, since: datetime, until: datetime) -> list[datetime]:
     """Every occurrence in (since, until], as a scheduler ticking each minute submits them."""
     found: list[datetime] = []
