@@ -67,12 +67,13 @@ SCHEMAS: dict[str, Any] = {
     },
     "Interaction": {
         "type": "object",
-        "required": ["id", "kind", "prompt", "options"],
+        "required": ["id", "kind", "prompt", "options", "expires_at"],
         "properties": {
             "id": {"type": "string"},
             "kind": {"type": "string"},
             "prompt": {"type": "string"},
             "options": {"type": "array", "items": {"type": "string"}},
+            "expires_at": {"type": ["string", "null"], "format": "date-time"},
         },
     },
     "CheckpointSummary": {

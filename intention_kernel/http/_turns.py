@@ -40,6 +40,8 @@ def interaction_json(interaction: Interaction | None) -> dict[str, Any] | None:
         "kind": interaction.kind,
         "prompt": interaction.prompt,
         "options": list(interaction.options),
+        # When an accept stops counting (consent that expires, docs/writes.md), else null.
+        "expires_at": interaction.data.get("expires_at"),
     }
 
 

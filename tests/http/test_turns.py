@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import asyncio
 
+from intention_kernel.contracts.checkpoint import Interaction
+from intention_kernel.http._turns import interaction_json
+
 from .support import (
     BOOK,
     QUOTE,
@@ -120,6 +123,7 @@ async def test_a_conversation_books_once(live: Live, desk: Desk) -> None:
     held = await live.post("t-1", "k-3", BOOK)
     interaction = held.json()["interaction"]
     assert interaction["prompt"].startswith("Please confirm")
+    assert interaction["expires_at"] is None  # the desk's consent does not expire
     assert desk.provider.total_calls() == 0
     for _ in range(3):
         done = await live.post("t-1", "k-4", {"text": "yes"})
@@ -127,3 +131,16 @@ async def test_a_conversation_books_once(live: Live, desk: Desk) -> None:
         assert "Booked: Alfama Inn" in done.json()["response"]["text"]
     assert desk.provider.total_calls() == 1
     assert done.json()["interaction"] is None
+
+
+def test_an_interaction_shows_when_its_consent_expires() -> None:
+    asked = Interaction(
+        id="ia-1",
+        kind="confirmation",
+        prompt="Pay 5 EUR?",
+        options=["yes", "no"],
+        turn_id="u1",
+        data={"expires_at": "2026-06-01T09:01:00+00:00"},
+    )
+    shown = interaction_json(asked)
+    assert shown is not None and shown["expires_at"] == "2026-06-01T09:01:00+00:00"
