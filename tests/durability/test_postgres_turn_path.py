@@ -237,7 +237,7 @@ async def test_migration_4_drops_the_repeated_outbox_index(dsn: str, schema: str
             f' "{schema}".provider_waiters CASCADE;'
             f' DROP FUNCTION "{schema}".budget_reserve, "{schema}".slot_acquire,'
             f' "{schema}".budget_window;'
-            f' DROP TABLE "{schema}".schedules'
+            f' DROP TABLE "{schema}".schedules, "{schema}".timers'
         )
         await conn.execute(f'DELETE FROM "{schema}".schema_migrations WHERE version >= 4')
         assert await store.setup() == 9

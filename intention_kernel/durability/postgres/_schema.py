@@ -16,6 +16,7 @@ from typing import Any
 from ...contracts.errors import ConfigurationError, ErrorCode, StoreSchemaError
 from ._errors import create_schema_hint, translated
 from ._flow_schema import FLOW_MIGRATION
+from ._schedule_schema import SCHEDULE_MIGRATION
 
 __all__ = ["DEFAULT_SCHEMA", "MIGRATIONS", "check_schema_name", "migrate", "verify"]
 
@@ -315,27 +316,8 @@ MIGRATIONS: tuple[str, ...] = (
     """,
     # 8: budget counters and provider slots (``_flow_schema``).
     FLOW_MIGRATION,
-    # 9: schedules and timers (``_schedules``): the definition a scheduler last registered, the
-    # moment its occurrences count from and the latest occurrence dealt with; turns to submit
-    # at a time.
-    """
-    CREATE TABLE {s}.schedules (
-        schedule_id     text PRIMARY KEY,
-        definition      text NOT NULL,
-        anchor          timestamptz NOT NULL,
-        seen_at         timestamptz NOT NULL,
-        last_occurrence timestamptz
-    );
-    CREATE TABLE {s}.timers (
-        thread_id text NOT NULL,
-        turn_id   text NOT NULL,
-        due_at    timestamptz NOT NULL,
-        text      text NOT NULL,
-        payload   text NOT NULL,
-        PRIMARY KEY (thread_id, turn_id)
-    );
-    CREATE INDEX timers_due ON {s}.timers (due_at);
-    """,
+    # 9: schedules and timers (``_schedule_schema``).
+    SCHEDULE_MIGRATION,
 )
 
 

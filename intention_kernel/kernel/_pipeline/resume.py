@@ -13,10 +13,9 @@ run now. In order:
    and nothing runs; an accepted one rebuilds the operation from the agenda item, recomputes its
    digest (capability id, version, validated input, revisions of the facts it relies on) and
    runs it with the approval record only if the digest matches; otherwise it is held again and
-   the user is asked again. An accept after the confirmation's deadline (``_expiry``) is
-   answered ``INTERACTION_EXPIRED`` and the consent asked again likewise, with the values (and a
-   deadline) of now. A selection's ``edits`` (``edits.py``, checked in step 1) replace
-   the operation by the approved one, digested again, before it runs. A capability-owned
+   the user is asked again; so is an accept after the confirmation's deadline (``expiry``). A
+   selection's ``edits`` (``edits.py``, checked in step 1) replace the operation by the
+   approved one, digested again, before it runs. A capability-owned
    confirmation is resumed only for an accepting option (its ``accept``), by running the
    capability with the answer, which it must check.
 4. An input request is answered when this turn plans the same capability again.
@@ -36,10 +35,11 @@ from pydantic import JsonValue, ValidationError
 from ...contracts.checkpoint import AgendaItem, AgendaStatus, Interaction
 from ...contracts.errors import ErrorCode, InvalidInputError
 from ...contracts.events import EventCategory
-from .._expiry import EXPIRE_INTERACTION, EXPIRES_AT, expired, is_expiry
+from .._expiry import EXPIRES_AT, expired, is_expiry
 from .._states import EffectKind, HoldReason
 from ..approval import Approval, ConfirmationAnswer, consent_data
 from .edits import Edit, apply_edit, checked_edit
+from .expiry import NOTHING_EXPIRED, expire, expiring_question, late_accept
 from .plan import consent_hold, judge
 from .reduce import fact_state
 from .state import HeldStep, Plan, PlannedStep, TurnState
@@ -53,15 +53,6 @@ CHANGED = (
     "Something changed since you were asked ({what}), so I have not done it. Please confirm again."
 )
 STILL_PENDING = "That is already waiting for your confirmation."
-EXPIRED = (
-    "Your confirmation came after the question expired ({what}), so I have not done it."
-    " Please confirm again."
-)
-INTERACTION_EXPIRED = ErrorCode.INTERACTION_EXPIRED
-QUESTION_EXPIRED = (
-    "The question expired ({what}): nothing was done. Ask again if you still want it."
-)
-NOTHING_EXPIRED = "Nothing was waiting for an answer any more."
 WAITING = "I cannot do that yet ({what}): it needs {refs} first. I will ask you again then."
 _KERNEL_KEYS = ("missing", "digest", "relied_on", "prompt", "options", "accept", EXPIRES_AT)
 _CONFIRMING = (AgendaStatus.AWAITING_CONFIRMATION, AgendaStatus.NEEDS_CONFIRMATION)
@@ -87,12 +78,9 @@ def selected_answer(state: TurnState) -> Chosen | None:
     """A UI answer (``{"interaction_id", "option"[, "thread_id", "edits"]}``), checked before
     any model call. Selections without ``interaction_id`` are passed on to the model as before."""
     selection = state.turn.selection
-    if is_expiry(selection):
-        assert selection is not None
-        active = None if state.checkpoint is None else state.checkpoint.interaction
-        if active is None or active.id != selection[EXPIRE_INTERACTION]:
-            return None  # answered meanwhile: ``resume`` says nothing waits
-        return Chosen(active, "", "timer", expiry=True)
+    if is_expiry(selection):  # a question's timer turn (``expiry``), not an answer
+        expiring = expiring_question(state)
+        return None if expiring is None else Chosen(expiring, "", "timer", expiry=True)
     if selection is None or "interaction_id" not in selection:
         return None
     named = selection.get("interaction_id")
@@ -198,34 +186,6 @@ def _ask_again(plan: Plan, step: PlannedStep, item: AgendaItem, kernel_owned: bo
         _first(plan, step)  # no answer: the capability asks again itself
 
 
-def _expire(state: TurnState, plan: Plan, chosen: Chosen) -> None:
-    """The question's timer turn: past its deadline, the question is closed and its operation
-    dropped (nothing runs); before it (a clock behind the timer's), nothing changes."""
-    checkpoint = state.checkpoint
-    assert checkpoint is not None
-    interaction = chosen.interaction
-    item = next((a for a in checkpoint.agenda if a.id == interaction.agenda_item_id), None)
-    if item is None or not expired(item.data, state.runtime.clock()):
-        plan.notes.append(NOTHING_EXPIRED)
-        return
-    plan.close_interaction = True
-    plan.resolved.add(item.id)
-    cap = state.runtime.capabilities.get(item.capability_id)
-    description = (cap.description if cap else item.capability_id).rstrip(".")
-    record: dict[str, JsonValue] = {
-        "interaction_id": interaction.id,
-        "agenda_item_id": item.id,
-        "capability_id": item.capability_id,
-        "turn_id": state.turn.turn_id,
-        "expires_at": item.data[EXPIRES_AT],
-    }
-    plan.decisions.append(
-        {**record, "decision": "expired", "code": str(INTERACTION_EXPIRED), "via": "timer"}
-    )
-    plan.notes.append(QUESTION_EXPIRED.format(what=description))
-    _audit(state, "confirmation.expired", record)
-
-
 def _answer(state: TurnState, plan: Plan, chosen: Chosen) -> None:
     checkpoint = state.checkpoint
     assert checkpoint is not None  # an answer needs an active interaction
@@ -268,13 +228,8 @@ def _answer(state: TurnState, plan: Plan, chosen: Chosen) -> None:
         return
     step = _rebuild(state, item, f"resume-{len(plan.resolved)}")
     if step is not None and expired(item.data, state.runtime.clock()):
-        # Consent is asked again with the values of now: never the stale approval.
-        plan.decisions.append(
-            {**record, **question, "decision": "expired", "code": str(INTERACTION_EXPIRED)}
-        )
-        plan.notes.append(EXPIRED.format(what=description))
-        _audit(state, "confirmation.expired", {**record, "expires_at": item.data[EXPIRES_AT]})
-        _ask_again(plan, step, item, kernel_owned)
+        late_accept(state, plan, record, question, description, item)
+        _ask_again(plan, step, item, kernel_owned)  # with the values of now
         return
     if step is None:
         plan.decisions.append({**record, **question, "decision": "refused"})
@@ -428,10 +383,10 @@ def resume(state: TurnState, chosen: Chosen | None) -> None:
         chosen = spoken_answer(state, plan)
     _merge_restatements(state, plan, chosen)
     if chosen is not None and chosen.expiry:
-        _expire(state, plan, chosen)
+        expire(state, plan, chosen.interaction)
     elif chosen is not None:
         _answer(state, plan, chosen)
     elif is_expiry(state.turn.selection):
-        plan.notes.append(NOTHING_EXPIRED)
+        plan.notes.append(NOTHING_EXPIRED)  # answered since its timer was due
     _answer_input(state, plan)
     _resume_waiting(state, plan)
