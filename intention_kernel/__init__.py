@@ -63,6 +63,7 @@ from .contracts.inbox import MissedRuns, ScheduleInfo
 from .contracts.sinks import EventSink
 from .kernel import (
     AgentDefinition,
+    AwaitingExternal,
     Budget,
     Capability,
     CapabilityContext,
@@ -114,6 +115,7 @@ __all__ = [
     "AgendaStatus",
     "AgentCompilationError",
     "AgentDefinition",
+    "AwaitingExternal",
     "Budget",
     "Capability",
     "CapabilityContext",

@@ -24,6 +24,7 @@ TOP_LEVEL = [
     "AgendaStatus",
     "AgentCompilationError",
     "AgentDefinition",
+    "AwaitingExternal",
     "Budget",
     "Capability",
     "CapabilityContext",
@@ -124,6 +125,7 @@ TOP_LEVEL = [
 KERNEL = [
     "AgentDefinition",
     "Approval",
+    "AwaitingExternal",
     "Budget",
     "BudgetContext",
     "Capability",
@@ -139,6 +141,7 @@ KERNEL = [
     "Effect",
     "EffectKind",
     "ErrorClassifier",
+    "ExternalCompletion",
     "FactType",
     "Failed",
     "Guidance",

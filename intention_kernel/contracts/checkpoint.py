@@ -85,6 +85,8 @@ class AgendaStatus(StrEnum):
     """The capability asked the user for more; planning it again answers it."""
     WAITING_FOR_FACT = "waiting_for_fact"
     """A fact it requires is missing; it resumes once the fact exists or changes."""
+    AWAITING_EXTERNAL = "awaiting_external"
+    """Parked by its capability until the outside world completes it (or its timeout)."""
 
 
 class AgendaItem(BaseModel):

@@ -9,7 +9,7 @@ from ._budgets import Budget, BudgetContext, Limit, Price
 from ._capability import Capability, Guidance, define_capability
 from ._compat import Compatibility, Migration, admit_checkpoint
 from ._compile import compile_manifest
-from ._context import CapabilityContext, TurnInfo
+from ._context import CapabilityContext, ExternalCompletion, TurnInfo
 from ._events import Redactor
 from ._failures import ErrorClassifier, StepError
 from ._function_capability import capability
@@ -20,6 +20,7 @@ from ._pending import ConfirmationField, PendingConfirmation, pending_confirmati
 from ._policies import Policy, PolicyDecision, PolicyRequest, allow, deny, require_confirmation
 from ._response import Response, StepSummary, TurnResult, TurnUsage
 from ._results import (
+    AwaitingExternal,
     Completed,
     Failed,
     NeedsConfirmation,
@@ -58,6 +59,7 @@ from .streaming import (
 __all__ = [
     "AgentDefinition",
     "Approval",
+    "AwaitingExternal",
     "Budget",
     "BudgetContext",
     "Capability",
@@ -73,6 +75,7 @@ __all__ = [
     "Effect",
     "EffectKind",
     "ErrorClassifier",
+    "ExternalCompletion",
     "FactType",
     "Failed",
     "Guidance",

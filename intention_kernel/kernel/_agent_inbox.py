@@ -14,14 +14,25 @@ from typing import Any
 
 from pydantic import JsonValue
 
+from ..contracts import codec
 from ..contracts.checkpoint import KernelCheckpoint
 from ..contracts.durability import Durability
-from ..contracts.errors import KernelError, UsageError
+from ..contracts.errors import ErrorCode, InvalidInputError, KernelError, UsageError
+from ..contracts.ids import validate_id, validate_thread_id
 from ..contracts.inbox import InboxRequest, ScheduleRows, Timer, TurnInbox
 from ..contracts.turns import DurableTurnResult
 from ..telemetry import Telemetry
-from ._expiry import EXPIRE_INTERACTION, expiry_timer, is_expiry
+from ._expiry import (
+    EXPIRE_INTERACTION,
+    EXTERNAL_KEY,
+    EXTERNAL_TIMEOUT,
+    MAX_EXTERNAL_KEY,
+    expired,
+    is_expiry,
+    timers_of,
+)
 from ._pipeline import AgentRuntime
+from ._pipeline.external import parked
 from ._requests import inbox_of, request_fingerprint, submit_request
 from ._scheduler import Scheduler, schedule_rows_of, utc_now
 from ._watch import Watched, watch_turn
@@ -108,36 +119,77 @@ class AgentInbox:
         except UsageError:
             return None
 
-    async def _timer_wanted(self, timer: Timer) -> bool:
-        """A question's timer is wanted while the question is still the thread's open one."""
-        if not is_expiry(timer.selection):
-            return True
-        assert timer.selection is not None
-        load = getattr(self._durability, "load_checkpoint", None)
-        if load is None:  # a store that cannot say: the turn itself checks the question
-            return True
-        checkpoint: KernelCheckpoint | None = await load(timer.thread_id)
-        active = None if checkpoint is None else checkpoint.interaction
-        return active is not None and active.id == timer.selection[EXPIRE_INTERACTION]
+    async def complete_external(
+        self, *, thread_id: str, key: str, result: JsonValue
+    ) -> InboxRequest:
+        """Complete the step a capability parked with ``AwaitingExternal(key, ...)``: a turn
+        submitted to the inbox (``<key>@completed``) runs the capability again with
+        ``context.external``. The same completion again is the same request (it replays); another
+        result for a completed key is ``TURN_ID_REUSED``; an unknown key is ``EXTERNAL_UNKNOWN``
+        and one past its timeout ``EXTERNAL_EXPIRED``, nothing written."""
+        validate_thread_id(thread_id)
+        key = validate_id(key, "external key", max_length=MAX_EXTERNAL_KEY)
+        codec.check(result, what="result")  # then the selection's own limits, as submit checks
+        turn_id = f"{key}@completed"
+        item = parked(await self._checkpoint(thread_id), key)
+        if item is None:
+            inbox = inbox_of(self._durability)
+            if await inbox.get(thread_id, turn_id) is None:
+                raise InvalidInputError(
+                    "no step of this thread waits for this key",
+                    code=ErrorCode.EXTERNAL_UNKNOWN,
+                    context={"field": "key"},
+                )
+        elif expired(item.data, self._runtime.clock()):
+            raise InvalidInputError(
+                "the step stopped waiting for this key: its timeout passed",
+                code=ErrorCode.EXTERNAL_EXPIRED,
+                context={"field": "key"},
+            )
+        return await self.submit(
+            thread_id=thread_id,
+            turn_id=turn_id,
+            text="",
+            selection={EXTERNAL_KEY: key, "result": result},
+        )
 
-    async def _keep_expiry_timer(
-        self, thread_id: str, turn_id: str, stored: DurableTurnResult
-    ) -> None:
-        """After a turn that asked a question with a deadline (committed now or replayed, so a
-        crash before this is repaired by the turn's retry): the timer that closes it then. A
-        store without timers, or one that fails now, leaves the question until the thread's
-        next turn; a late accept is refused either way."""
-        interaction = stored.checkpoint.interaction
-        if interaction is None or interaction.turn_id != turn_id:
-            return
-        timer = expiry_timer(thread_id, interaction)
-        rows = self._timers
-        if timer is None or rows is None:
-            return
+    async def _checkpoint(self, thread_id: str) -> KernelCheckpoint | None:
+        load = getattr(self._durability, "load_checkpoint", None)
+        if load is None:
+            raise UsageError(
+                "this store cannot read a thread's checkpoint", code=ErrorCode.NOT_SUPPORTED
+            )
+        checkpoint: KernelCheckpoint | None = await load(thread_id)
+        return checkpoint
+
+    async def _timer_wanted(self, timer: Timer) -> bool:
+        """A question's timer is wanted while the question is the thread's open one; a parked
+        step's while the step still waits. Other timers always are."""
+        selection = timer.selection or {}
+        if not (is_expiry(selection) or EXTERNAL_TIMEOUT in selection):
+            return True
         try:
-            await rows.add_timer(timer)
-        except KernelError as exc:
-            log.warning("the question's expiry timer was not kept: [%s] %s", exc.code, exc.message)
+            checkpoint = await self._checkpoint(timer.thread_id)
+        except UsageError:  # a store that cannot say: the turn itself checks
+            return True
+        if EXTERNAL_TIMEOUT in selection:
+            return parked(checkpoint, str(selection[EXTERNAL_TIMEOUT])) is not None
+        active = None if checkpoint is None else checkpoint.interaction
+        return active is not None and active.id == selection[EXPIRE_INTERACTION]
+
+    async def _keep_timers(self, thread_id: str, turn_id: str, stored: DurableTurnResult) -> None:
+        """After a turn (committed now or replayed, so a crash before this is repaired by the
+        turn's retry): the timers it leaves, its question's deadline and its parked steps'
+        timeouts. A store without timers, or one that fails now, leaves them to the thread's
+        next turn; a late accept or completion is refused either way."""
+        rows = self._timers
+        if rows is None:
+            return
+        for timer in timers_of(thread_id, turn_id, stored.checkpoint):
+            try:
+                await rows.add_timer(timer)
+            except KernelError as exc:
+                log.warning("a timer was not kept: [%s] %s", exc.code, exc.message)
 
     async def work(self, **settings: Any) -> None:
         """Run a worker in this task until it is cancelled (``worker()`` to drain instead)."""

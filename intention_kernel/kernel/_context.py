@@ -47,7 +47,15 @@ from ._states import Confirmation, ConfirmationMode, Effect, EffectKind
 from .approval import Approval, ConfirmationAnswer
 from .streaming import ProgressRecorder, StepProgress
 
-__all__ = ["CapabilityContext", "Deps", "StepEvents", "TurnInfo", "turn_deps", "uncertain_copy"]
+__all__ = [
+    "CapabilityContext",
+    "Deps",
+    "ExternalCompletion",
+    "StepEvents",
+    "TurnInfo",
+    "turn_deps",
+    "uncertain_copy",
+]
 
 Deps = TypeVar("Deps", default=Any)
 """The host's dependencies a context carries (``define_agent(deps_type=...)``); a bare
@@ -147,6 +155,16 @@ class StepEvents:
             self._recorder.report(item)
 
 
+@dataclass(frozen=True, slots=True)
+class ExternalCompletion:
+    """What ``complete_external`` brought to a parked step: its ``key``, the outside world's
+    ``result`` (JSON) and the ``payload`` the capability kept when it parked."""
+
+    key: str
+    result: JsonValue
+    payload: dict[str, JsonValue]
+
+
 class CapabilityContext(Generic[Deps]):
     """Everything one step may use: the host's ports and typed ``deps``, the facts visible at
     step start, the turn identity, its own ids, deadline and event branch, and ``run_effect``.
@@ -170,6 +188,7 @@ class CapabilityContext(Generic[Deps]):
         "deps",
         "events",
         "execution_id",
+        "external",
         "facts",
         "host_context",
         "ports",
@@ -196,6 +215,7 @@ class CapabilityContext(Generic[Deps]):
         answer: ConfirmationAnswer | None = None,
         request: JsonValue = None,
         deps: Any = None,
+        external: ExternalCompletion | None = None,
     ) -> None:
         self._scope = scope
         self.deps: Deps = deps
@@ -207,6 +227,9 @@ class CapabilityContext(Generic[Deps]):
         """The accepted kernel confirmation this step resumes (who, when, digest), if any."""
         self.answer = answer
         """The answer to this capability's own ``NeedsConfirmation``, when it is resumed."""
+        self.external = external
+        """The outside world's completion of this step's ``AwaitingExternal``, when it is
+        resumed by ``complete_external``."""
         self._receipts: list[EffectReceipt] = []
         self._interrupted: list[str] = []
         self.capability_id = capability_id

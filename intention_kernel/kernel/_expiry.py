@@ -16,18 +16,23 @@ from datetime import datetime, timedelta
 
 from pydantic import JsonValue
 
-from ..contracts.checkpoint import Interaction
+from ..contracts.checkpoint import Interaction, KernelCheckpoint
 from ..contracts.inbox import Timer
 
 __all__ = [
     "EXPIRES_AT",
     "EXPIRE_INTERACTION",
+    "EXTERNAL_KEY",
+    "EXTERNAL_TIMEOUT",
     "MAX_CONSENT_SECONDS",
+    "MAX_EXTERNAL_KEY",
     "deadline",
     "expired",
     "expiry_seconds",
     "expiry_timer",
     "is_expiry",
+    "is_external",
+    "timers_of",
 ]
 
 MAX_CONSENT_SECONDS = 366 * 86_400
@@ -36,6 +41,13 @@ EXPIRES_AT = "expires_at"
 """The key of the deadline in an agenda item's and an interaction's data."""
 EXPIRE_INTERACTION = "expire_interaction"
 """The selection of a question's timer turn: ``{"expire_interaction": <interaction id>}``."""
+EXTERNAL_KEY = "external_key"
+"""The key of a parked step's completion, in its agenda item's data and in the selection of
+the turn that completes it (``{"external_key": ..., "result": ...}``)."""
+EXTERNAL_TIMEOUT = "external_timeout"
+"""The selection of a parked step's timer turn: ``{"external_timeout": <key>}``."""
+MAX_EXTERNAL_KEY = 200
+"""An external key's longest length (turn ids ``<key>@completed`` must stay ids)."""
 
 
 def expiry_seconds(value: object) -> float | None:
@@ -84,6 +96,13 @@ def is_expiry(selection: Mapping[str, JsonValue] | None) -> bool:
     return selection is not None and set(selection) == {EXPIRE_INTERACTION}
 
 
+def is_external(selection: Mapping[str, JsonValue] | None) -> bool:
+    """Whether a turn's selection completes a parked step, or is its timeout's timer turn."""
+    if selection is None:
+        return False
+    return set(selection) in ({EXTERNAL_TIMEOUT}, {EXTERNAL_KEY, "result"})
+
+
 def expiry_timer(thread_id: str, interaction: Interaction) -> Timer | None:
     """The timer that closes ``interaction`` at its deadline (``None``: it has none). Its turn
     id is derived from the interaction's, so registering it twice keeps one."""
@@ -97,3 +116,21 @@ def expiry_timer(thread_id: str, interaction: Interaction) -> Timer | None:
         text="",
         selection={EXPIRE_INTERACTION: interaction.id},
     )
+
+
+def timers_of(thread_id: str, turn_id: str, checkpoint: KernelCheckpoint) -> list[Timer]:
+    """The timers a committed turn leaves: its question's deadline, and the timeouts of the
+    steps it parked. Their turn ids come from the question's id and the keys, so keeping them
+    again (a replay) keeps one of each."""
+    found: list[Timer] = []
+    interaction = checkpoint.interaction
+    if interaction is not None and interaction.turn_id == turn_id:
+        timer = expiry_timer(thread_id, interaction)
+        if timer is not None:
+            found.append(timer)
+    for item in checkpoint.agenda:
+        key = item.data.get(EXTERNAL_KEY)
+        due = _deadline_of(item.data)
+        if item.created_turn_id == turn_id and isinstance(key, str) and due is not None:
+            found.append(Timer(thread_id, f"{key}@timeout", due, "", {EXTERNAL_TIMEOUT: key}))
+    return found

@@ -25,6 +25,7 @@ from pydantic import BaseModel, Field, create_model
 from ._capability import Capability, Guidance, define_capability
 from ._context import CapabilityContext
 from ._results import (
+    AwaitingExternal,
     CapabilityResult,
     Completed,
     Failed,
@@ -41,7 +42,7 @@ DEFAULT_VERSION = "1.0.0"
 OUTPUT_FIELD = "result"
 """The one field of the output model that wraps a plain return type (``int``, ``list[str]``)."""
 
-_RESULTS = (Completed, Failed, NeedsConfirmation, NeedsDependency, NeedsInput)
+_RESULTS = (AwaitingExternal, Completed, Failed, NeedsConfirmation, NeedsDependency, NeedsInput)
 _SECTION = re.compile(r"^(Args|Arguments|Parameters|Params):\s*$")
 _ENTRY = re.compile(r"^\*{0,2}(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
 _SPHINX = re.compile(r"^:param\s+(?:[^:]+\s+)?(\w+):\s*(.*)$")

@@ -17,6 +17,7 @@ from pydantic import BaseModel, JsonValue
 from ._states import StepStatus
 
 __all__ = [
+    "AwaitingExternal",
     "CapabilityResult",
     "Completed",
     "Failed",
@@ -91,6 +92,23 @@ class NeedsConfirmation:
 
 
 @dataclass(frozen=True, slots=True)
+class AwaitingExternal:
+    """Park the step until the outside world completes it (a human review, a payment that
+    settles, a batch job): the turn commits with it pending, and
+    ``agent.complete_external(thread_id, key, result)`` resumes it in a new turn, running the
+    capability again with ``context.external`` set. ``key`` names the completion (unique in
+    the thread); after ``timeout`` (seconds or a ``timedelta``) a completion is refused and a
+    turn tells the user the step expired. ``payload``: what the capability keeps for itself
+    (``context.external.payload``); ``text``: what the user is told meanwhile."""
+
+    key: str
+    timeout: float | timedelta
+    payload: dict[str, JsonValue] = field(default_factory=dict)
+    text: str | None = None
+    status: Literal[StepStatus.AWAITING_EXTERNAL] = StepStatus.AWAITING_EXTERNAL
+
+
+@dataclass(frozen=True, slots=True)
 class Failed:
     """A handled failure. ``reason`` is safe to show to the user."""
 
@@ -99,5 +117,7 @@ class Failed:
     status: Literal[StepStatus.FAILED] = StepStatus.FAILED
 
 
-CapabilityResult = Completed | NeedsInput | NeedsDependency | NeedsConfirmation | Failed
+CapabilityResult = (
+    Completed | NeedsInput | NeedsDependency | NeedsConfirmation | AwaitingExternal | Failed
+)
 """Everything ``execute`` may return; anything else fails the step."""

@@ -310,7 +310,7 @@ class CompiledAgent(AgentInbox):
                     context={"thread_id": thread_id, "turn_id": turn_id, "timeout": seconds}
                 ) from None
             traced.outcome(replayed)
-            await self._keep_expiry_timer(thread_id, turn_id, stored)
+            await self._keep_timers(thread_id, turn_id, stored)
             if not replayed and (inbox := self._inbox) is not None:
                 inbox.progressed.fire()  # wakes this process's watchers of the turn
             if released:

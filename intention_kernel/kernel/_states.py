@@ -44,6 +44,8 @@ class StepStatus(StrEnum):
     """The capability needs a fact that does not exist yet (``NeedsDependency``)."""
     AWAITING_CONFIRMATION = "awaiting_confirmation"
     """Held by the kernel: the user must confirm first (see ``HoldReason``)."""
+    AWAITING_EXTERNAL = "awaiting_external"
+    """The capability parked it (``AwaitingExternal``): the outside world completes it later."""
     WAITING_FOR_FACT = "waiting_for_fact"
     """Held by the kernel: a fact it requires is missing (see ``HoldReason``)."""
 

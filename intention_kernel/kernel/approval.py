@@ -98,6 +98,30 @@ class Approval:
             record.update(edited=list(self.edited), proposed_digest=self.proposed_digest)
         return record
 
+    @classmethod
+    def from_json(cls, record: object) -> Approval | None:
+        """The approval ``to_json`` wrote (a step parked after it ran keeps it), or ``None``
+        when ``record`` is not one: the resumed write then asks for consent again."""
+        if not isinstance(record, dict):
+            return None
+        try:
+            edited = record.get("edited") or []
+            return cls(
+                interaction_id=str(record["interaction_id"]),
+                agenda_item_id=str(record["agenda_item_id"]),
+                capability_id=str(record["capability_id"]),
+                digest=str(record["digest"]),
+                actor=None if record["actor"] is None else str(record["actor"]),
+                answered_at=str(record["answered_at"]),
+                turn_id=str(record["turn_id"]),
+                via=str(record["via"]),
+                question=str(record.get("question", "")),
+                edited=tuple(str(f) for f in edited) if isinstance(edited, list) else (),
+                proposed_digest=_text_or_none(record.get("proposed_digest")),
+            )
+        except KeyError:
+            return None
+
 
 @dataclass(frozen=True, slots=True)
 class ConfirmationAnswer:
@@ -121,3 +145,7 @@ class ConfirmationAnswer:
     def accepted(self, *options: str) -> bool:
         """True when the chosen option is one of ``options`` (default: the accepting ones)."""
         return self.option in (options or self.accepting)
+
+
+def _text_or_none(value: object) -> str | None:
+    return None if value is None else str(value)

@@ -11,7 +11,7 @@ from ...contracts.errors import FlowControlError
 from ...contracts.events import KernelEvent
 from ...contracts.turns import DurableTurnResult
 from ...telemetry import plan_span
-from .._expiry import is_expiry
+from .._expiry import is_expiry, is_external
 from .budget import spent, stop
 from .commit import commit
 from .compose import compose
@@ -32,7 +32,8 @@ async def run_pipeline(state: TurnState) -> tuple[DurableTurnResult, list[Kernel
     await refresh_receipts(state)  # reconciled receipts reach the checkpoint's copies
     project(state)
     chosen = selected_answer(state)  # a bad UI answer is refused before any model call
-    timer = is_expiry(state.turn.selection)  # a question's deadline: no model reads it
+    selection = state.turn.selection
+    timer = is_expiry(selection) or is_external(selection)  # no model reads these
     if (chosen is not None or timer) and not state.turn.text.strip():
         state.interpretation = Interpretation()  # a button press needs no interpretation
         malformed = []

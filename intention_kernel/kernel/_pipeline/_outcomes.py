@@ -16,13 +16,21 @@ from pydantic import BaseModel, JsonValue, ValidationError
 from ...contracts import codec
 from ...contracts.checkpoint import Evidence
 from ...contracts.errors import EffectUncertainError, KernelError, SerializationError
+from ...contracts.ids import validate_id
 from ...contracts.receipts import EffectReceipt
 from .. import consent
 from .._context import CapabilityContext, uncertain_copy
-from .._expiry import expiry_seconds
+from .._expiry import EXTERNAL_KEY, MAX_EXTERNAL_KEY, expiry_seconds
 from .._facts import FactRef, parse_fact_ref
 from .._limits import stored_within
-from .._results import Completed, Failed, NeedsConfirmation, NeedsDependency, NeedsInput
+from .._results import (
+    AwaitingExternal,
+    Completed,
+    Failed,
+    NeedsConfirmation,
+    NeedsDependency,
+    NeedsInput,
+)
 from .._states import EffectKind, StepStatus
 from .state import PlannedStep, StepOutcome, TurnState
 
@@ -183,9 +191,41 @@ def _outcome(
             data=data if isinstance(data, dict) else {},
             receipts=context.receipts,
         )
+    if isinstance(result, AwaitingExternal):
+        return _parked(step, result, context)
     if isinstance(result, Failed):
         return _failed(step, result.reason, receipts=context.receipts)
     return _failed(step, "the capability returned an unknown result")
+
+
+_BAD_WAIT = "the capability's external wait has an invalid key, timeout or payload"
+
+
+def _parked(step: PlannedStep, result: AwaitingExternal, context: CapabilityContext) -> StepOutcome:
+    """``AwaitingExternal``: the step waits for ``complete_external`` (``_pipeline.external``)."""
+    try:
+        key = validate_id(result.key, "external key", max_length=MAX_EXTERNAL_KEY)
+        timeout = expiry_seconds(result.timeout)
+        payload = codec.round_trip(
+            dict(result.payload), limits=IN_STATE, what=f"external payload of {step.capability.id}"
+        )
+    except (KernelError, ValueError, TypeError, RecursionError):
+        return _failed(step, _BAD_WAIT)
+    if timeout is None or "@" in key:
+        return _failed(step, _BAD_WAIT)
+    return StepOutcome(
+        step=step,
+        status=StepStatus.AWAITING_EXTERNAL,
+        text=result.text,
+        expires_after=timeout,
+        data={
+            EXTERNAL_KEY: key,
+            "payload": payload,
+            # A write that ran with the user's consent resumes with it (its key replays).
+            "approval": None if step.approval is None else step.approval.to_json(),
+        },
+        receipts=context.receipts,
+    )
 
 
 def _storable(outcome: StepOutcome) -> StepOutcome:

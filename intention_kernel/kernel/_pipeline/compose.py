@@ -42,8 +42,9 @@ _STATUS_TEXT = {
     StepStatus.NEEDS_DEPENDENCY: "I need more information before I can do that.",
     StepStatus.UNCERTAIN: "{description}: {reason}.",
     StepStatus.APPLIED: "{description}: {reason}.",
+    StepStatus.AWAITING_EXTERNAL: "{description}: under way. I will tell you when it is done.",
 }
-_KERNEL_WORDED = (StepStatus.UNCERTAIN, StepStatus.APPLIED)
+_KERNEL_WORDED = (StepStatus.UNCERTAIN, StepStatus.APPLIED, StepStatus.AWAITING_EXTERNAL)
 """Step statuses only the kernel words: a write in doubt, or done although its step was not."""
 
 
@@ -103,6 +104,8 @@ def fallback_text(state: TurnState) -> str:
     for outcome in state.outcomes:
         if outcome.status == StepStatus.COMPLETED:
             parts.append(outcome.text or f"Done: {outcome.step.capability.description}")
+        elif outcome.status == StepStatus.AWAITING_EXTERNAL and outcome.text:
+            parts.append(outcome.text)
         elif outcome.prompt:
             parts.append(outcome.prompt)
         elif outcome.status in _STATUS_TEXT:

@@ -126,6 +126,7 @@ async def _call(state: TurnState, step: PlannedStep, done: dict[str, StepOutcome
         confirmation=cap.confirmation,
         approval=step.approval,
         answer=step.answer,
+        external=step.external,
         request=step.input_json,
         deps=state.deps,
     )

@@ -54,6 +54,7 @@ _PENDING = {
     StepStatus.NEEDS_INPUT: AgendaStatus.NEEDS_INPUT,
     StepStatus.NEEDS_CONFIRMATION: AgendaStatus.NEEDS_CONFIRMATION,
     StepStatus.NEEDS_DEPENDENCY: AgendaStatus.WAITING_FOR_FACT,
+    StepStatus.AWAITING_EXTERNAL: AgendaStatus.AWAITING_EXTERNAL,
 }
 """Step outcomes that leave an agenda item, and the status the item is stored with."""
 _HELD = {
@@ -217,9 +218,10 @@ def reduce_outcomes(
             if outcome.status in _ASKS and outcome.prompt:
                 data["prompt"] = outcome.prompt
                 data["options"] = list(outcome.options)
+            if status in (AgendaStatus.NEEDS_CONFIRMATION, AgendaStatus.AWAITING_EXTERNAL):
+                data.update(deadline(now or datetime.now(UTC), outcome.expires_after))
             if status == AgendaStatus.NEEDS_CONFIRMATION:
                 data["accept"] = list(outcome.accept)
-                data.update(deadline(now or datetime.now(UTC), outcome.expires_after))
             item = _agenda_item(outcome.step, status, outcome.reason, turn_id, data)
             agenda.append(item)
             if outcome.status in _ASKS and outcome.prompt:

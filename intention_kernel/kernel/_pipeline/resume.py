@@ -35,11 +35,12 @@ from pydantic import JsonValue, ValidationError
 from ...contracts.checkpoint import AgendaItem, AgendaStatus, Interaction
 from ...contracts.errors import ErrorCode, InvalidInputError
 from ...contracts.events import EventCategory
-from .._expiry import EXPIRES_AT, expired, is_expiry
+from .._expiry import EXPIRES_AT, expired, is_expiry, is_external
 from .._states import EffectKind, HoldReason
 from ..approval import Approval, ConfirmationAnswer, consent_data
 from .edits import Edit, apply_edit, checked_edit
 from .expiry import NOTHING_EXPIRED, expire, expiring_question, late_accept
+from .external import resume_external
 from .plan import consent_hold, judge
 from .reduce import fact_state
 from .state import HeldStep, Plan, PlannedStep, TurnState
@@ -386,6 +387,8 @@ def resume(state: TurnState, chosen: Chosen | None) -> None:
         expire(state, plan, chosen.interaction)
     elif chosen is not None:
         _answer(state, plan, chosen)
+    elif is_external(state.turn.selection):
+        resume_external(state, plan, _rebuild)
     elif is_expiry(state.turn.selection):
         plan.notes.append(NOTHING_EXPIRED)  # answered since its timer was due
     _answer_input(state, plan)

@@ -22,7 +22,7 @@ from ...contracts.gateway import ModelRefusal
 from ...contracts.receipts import EffectReceipt
 from .._agent import AgentDefinition
 from .._capability import Capability
-from .._context import TurnInfo
+from .._context import ExternalCompletion, TurnInfo
 from .._events import EventRecorder
 from .._facts import FactRef
 from .._failures import ErrorClassifier, StepError
@@ -143,6 +143,8 @@ class PlannedStep:
     """Set when the step resumes an accepted kernel confirmation."""
     answer: ConfirmationAnswer | None = None
     """Set when the step resumes its own (capability-owned) confirmation."""
+    external: ExternalCompletion | None = None
+    """Set when the step resumes its ``AwaitingExternal`` with the outside world's result."""
 
 
 @dataclass(frozen=True, slots=True)
