@@ -17,7 +17,8 @@ from intention_kernel import (
     StepStatus,
 )
 
-# As written before the states had names (compact JSON, as the stores keep it).
+# As written before the states had names (compact JSON, as the stores keep it), and a step
+# parked for an external completion as it is written now.
 STORED_CHECKPOINT = (
     '{"schema_version":1,"revision":3,"agent_fingerprint":"ik1-abc","messages":[],'
     '"omitted_messages":0,"facts":[],"agenda":['
@@ -30,7 +31,11 @@ STORED_CHECKPOINT = (
     '"status":"needs_input","reason":null,"created_turn_id":"u","data":{}},'
     '{"id":"u:step-4","capability_id":"orders.track","capability_version":"1.0.0","input":{},'
     '"status":"waiting_for_fact","reason":"needs order@1 first","created_turn_id":"u",'
-    '"data":{"missing":["order@1"],"seen":{}}}'
+    '"data":{"missing":["order@1"],"seen":{}}},'
+    '{"id":"u:step-5","capability_id":"payments.settle","capability_version":"1.0.0",'
+    '"input":{},"status":"awaiting_external","reason":null,"created_turn_id":"u",'
+    '"data":{"missing":[],"external_key":"bank-1","payload":{},"approval":null,'
+    '"expires_at":"2026-06-01T10:00:00+00:00"}}'
     '],"interaction":null,"receipts":[],"metadata":{}}'
 )
 
