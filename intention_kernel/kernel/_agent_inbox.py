@@ -38,9 +38,17 @@ from ._scheduler import Scheduler, schedule_rows_of, utc_now
 from ._watch import Watched, watch_turn
 from ._worker import RunTurn, Worker, WorkerSettings
 
-__all__ = ["AgentInbox"]
+__all__ = ["AgentInbox", "has_timers"]
 
 log = logging.getLogger("intention_kernel.inbox")
+
+
+def has_timers(durability: object) -> ScheduleRows | None:
+    """The store's schedule rows and timers, or ``None`` for a store without them."""
+    try:
+        return schedule_rows_of(durability)
+    except UsageError:
+        return None
 
 
 class AgentInbox:
@@ -53,6 +61,8 @@ class AgentInbox:
     _workers: set[Worker]
     """The agent's running workers: a submit hands its request to one with a free slot."""
     _run_request: RunTurn
+    _timers: ScheduleRows | None
+    """The store's schedule rows and timers, if it keeps them (``has_timers``)."""
     """How a worker runs a request: the agent's turn path with the request's ids and input."""
 
     async def submit(
@@ -110,14 +120,6 @@ class AgentInbox:
             clock=clock or utc_now,
             wanted=self._timer_wanted,
         )
-
-    @property
-    def _timers(self) -> ScheduleRows | None:
-        """The store's schedule rows and timers, if it keeps them."""
-        try:
-            return schedule_rows_of(self._durability)
-        except UsageError:
-            return None
 
     async def complete_external(
         self, *, thread_id: str, key: str, result: JsonValue

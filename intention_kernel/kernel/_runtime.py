@@ -26,7 +26,7 @@ from ..contracts.receipts import EffectReceipt
 from ..contracts.sinks import EventSink
 from ..contracts.turns import DurableTurnResult
 from ..telemetry import Telemetry, db_system
-from ._agent_inbox import AgentInbox
+from ._agent_inbox import AgentInbox, has_timers
 from ._compat import Compatibility, admit_checkpoint
 from ._context import TurnInfo, turn_deps
 from ._events import EventRecorder, Redactor, publish
@@ -65,6 +65,7 @@ class CompiledAgent(AgentInbox):
         self._compat = compatibility
         self._durability = durability
         self._inbox = has_inbox(durability)  # looked up once: a protocol check is not free
+        self._timers = has_timers(durability)  # every turn may leave timers (``_keep_timers``)
         self._run_request = functools.partial(run_request, self._run)
         self._workers: set[Worker] = set()
         """This agent's running workers: a submit hands its request to one with a free slot."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import BaseModel, JsonValue
@@ -216,6 +216,19 @@ class World:
 
     async def run(self, turn_id: str, text: str, thread_id: str = "t1", **kw: Any) -> Any:
         return await self.agent.run(thread_id=thread_id, turn_id=turn_id, text=text, **kw)
+
+
+class Clock:
+    """A kernel or scheduler clock a test moves (``now``, ``advance``)."""
+
+    def __init__(self, start: datetime) -> None:
+        self.now = start
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
 
 
 def make_world(

@@ -24,18 +24,10 @@ from intention_kernel.kernel import (
 )
 from intention_kernel.testing import MemoryDurability, ScriptedModelGateway
 
-from .support import World, make_world, support_agent
+from .support import Clock, World, make_world, support_agent
 from .writes import CHARGE, CHARGE_42, Payments, Receipt, accept
 
 T0 = datetime(2026, 6, 1, 9, 0, tzinfo=UTC)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        return self.now
 
 
 def _decision(result: TurnResult) -> dict[str, Any]:
@@ -61,7 +53,7 @@ def _charge_expiring(after: float | timedelta) -> Any:
 
 
 def _world(durability: DurabilityStore, *capabilities: Any) -> tuple[World, Payments, Clock]:
-    payments, clock = Payments(), Clock()
+    payments, clock = Payments(), Clock(T0)
     world = make_world(
         durability,
         agent=support_agent(list(capabilities)),
@@ -174,7 +166,7 @@ def _refund_at_current_price(seconds: float | timedelta) -> Any:
 
 async def test_a_capability_asks_again_with_the_price_of_now(durability: DurabilityStore) -> None:
     prices = {"42": 5}
-    payments, clock = Payments(), Clock()
+    payments, clock = Payments(), Clock(T0)
     world = make_world(
         durability,
         agent=support_agent([_refund_at_current_price(30)]),
@@ -220,7 +212,7 @@ def test_a_bad_consent_deadline_fails_compilation(expiry: Any, confirmation: str
 
 
 async def test_a_capability_with_a_bad_deadline_fails_its_step(durability: DurabilityStore) -> None:
-    payments, clock = Payments(), Clock()
+    payments, clock = Payments(), Clock(T0)
     world = make_world(
         durability,
         agent=support_agent([_refund_at_current_price(0)]),

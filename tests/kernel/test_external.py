@@ -22,19 +22,11 @@ from intention_kernel.kernel import (
     define_capability,
 )
 
-from .support import World, make_world, support_agent
+from .support import Clock, World, make_world, support_agent
 from .writes import Payments, Receipt
 
 T0 = datetime(2026, 6, 1, 9, 0, tzinfo=UTC)
 HOUR = timedelta(hours=1)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        return self.now
 
 
 class Settle(BaseModel):
@@ -78,7 +70,7 @@ SETTLE = define_capability(
 
 
 def _world(durability: DurabilityStore) -> tuple[World, Payments, Clock]:
-    payments, clock = Payments(), Clock()
+    payments, clock = Payments(), Clock(T0)
     world = make_world(
         durability, agent=support_agent([SETTLE]), ports={"payments": payments}, clock=clock
     )

@@ -29,6 +29,8 @@ from intention_kernel.durability.sqlite import SQLiteDurability
 from intention_kernel.kernel import CompiledAgent, Kernel, Schedule, describe_schedule
 from intention_kernel.testing import MemoryDurability, ScriptedModelGateway
 
+from .support import Clock
+
 BERLIN = ZoneInfo("Europe/Berlin")
 
 
@@ -176,17 +178,6 @@ def _all_due(schedule: Schedule, since: datetime, until: datetime) -> list[datet
 
 
 # ---------------------------------------------------------------- the scheduler, on SQLite
-
-
-class Clock:
-    def __init__(self, start: datetime) -> None:
-        self.now = start
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
 
 
 def _agent(store: Any, *schedules: Schedule) -> CompiledAgent:
