@@ -133,6 +133,7 @@ KERNEL = [
     "Compatibility",
     "CompiledAgent",
     "Completed",
+    "CompletionTokens",
     "Confirmation",
     "ConfirmationAnswer",
     "ConfirmationField",

@@ -23,6 +23,7 @@ from ..contracts.errors import ConfigurationError
 from ..contracts.receipts import EffectReceipt
 from ..kernel import CompiledAgent
 from ._auth import Authenticator, Authorizer, BearerTokens, allow_any
+from ._external_route import complete_external
 from ._post_turn import post_turn
 from ._problems import HttpProblem, problem_for, problem_response
 from ._read_routes import get_thread, healthz, list_turns, openapi, readyz
@@ -188,6 +189,11 @@ def create_app(
                 "/v1/threads/{thread_id}/turns/{turn_id}/events",
                 _guarded(turn_events),
                 methods=["GET"],
+            ),
+            Route(
+                "/v1/threads/{thread_id}/external/{key}",
+                _guarded(complete_external),
+                methods=["POST"],
             ),
             Route("/v1/threads/{thread_id}", _guarded(get_thread), methods=["GET"]),
             Route("/healthz", _guarded(healthz), methods=["GET"]),

@@ -96,7 +96,16 @@ def openapi_document() -> dict[str, Any]:
         "info": {"title": "intention-kernel", "version": __version__},
         "components": {
             "schemas": _SCHEMAS,
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer"},
+                "completionToken": {
+                    "type": "apiKey",
+                    "in": "query",
+                    "name": "token",
+                    "description": "a completion token (context.completion_token), also"
+                    " accepted as Authorization: Bearer ikc1...",
+                },
+            },
         },
         "paths": {
             "/v1/threads/{thread_id}/turns": {
@@ -208,6 +217,62 @@ def openapi_document() -> dict[str, Any]:
                         "404": _problem("REQUEST_NOT_FOUND: neither submitted nor committed"),
                         "501": _problem("NOT_SUPPORTED: the store keeps no turn inbox"),
                         "503": {**_problem("SHUTTING_DOWN"), "headers": _RETRY_AFTER},
+                    },
+                }
+            },
+            "/v1/threads/{thread_id}/external/{key}": {
+                "post": {
+                    "operationId": "completeExternal",
+                    "summary": "Complete a step parked with AwaitingExternal; the same"
+                    " completion again replays",
+                    "security": [*_BEARER, {"completionToken": []}],
+                    "parameters": [
+                        _THREAD,
+                        {
+                            "name": "key",
+                            "in": "path",
+                            "required": True,
+                            "schema": {"type": "string", "maxLength": 200},
+                        },
+                        {
+                            "name": "token",
+                            "in": "query",
+                            "description": "the completion token, for a callback that can only"
+                            " be a URL (else Authorization: Bearer ikc1...)",
+                            "schema": {"type": "string", "maxLength": 64},
+                        },
+                    ],
+                    "requestBody": {
+                        "required": True,
+                        "content": {"application/json": {"schema": _ref("ExternalCompletion")}},
+                    },
+                    "responses": {
+                        "202": {
+                            **_json("the completion is submitted", "ExternalAccepted"),
+                            "headers": {
+                                "Location": {"schema": {"type": "string"}},
+                                "Idempotent-Replayed": {
+                                    "schema": {"type": "string", "enum": ["true", "false"]}
+                                },
+                            },
+                        },
+                        "400": _problem("INVALID_JSON, INVALID_ID, INVALID_THREAD_ID"),
+                        "401": _problem("UNAUTHENTICATED"),
+                        "403": _problem(
+                            "FORBIDDEN; EXTERNAL_TOKEN_INVALID: the token does not complete"
+                            " this key of this thread"
+                        ),
+                        "404": _problem("EXTERNAL_UNKNOWN: no step waits for this key"),
+                        "409": _problem(
+                            "TURN_ID_REUSED: the key was completed with another result"
+                        ),
+                        "410": _problem("EXTERNAL_EXPIRED: the step's timeout passed"),
+                        "413": _problem("PAYLOAD_TOO_LARGE"),
+                        "422": _problem("INVALID_INPUT, NOT_SERIALIZABLE, ..."),
+                        "503": {
+                            **_problem("SHUTTING_DOWN, STORE_UNAVAILABLE"),
+                            "headers": _RETRY_AFTER,
+                        },
                     },
                 }
             },

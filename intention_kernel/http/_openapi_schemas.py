@@ -178,5 +178,21 @@ SCHEMAS: dict[str, Any] = {
             },
         },
     },
+    "ExternalCompletion": {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["result"],
+        "properties": {"result": {"description": "the outcome, any JSON: context.external.result"}},
+    },
+    "ExternalAccepted": {
+        "type": "object",
+        "required": ["thread_id", "key", "turn_id", "state"],
+        "properties": {
+            "thread_id": {"type": "string"},
+            "key": {"type": "string"},
+            "turn_id": {"type": "string", "description": "<key>@completed"},
+            "state": {"type": "string", "enum": ["pending", "running", "done", "dead"]},
+        },
+    },
     "Status": {"type": "object", "properties": {"status": {"type": "string"}}},
 }

@@ -59,6 +59,7 @@ _TITLES = {
     404: "Not found",
     405: "Method not allowed",
     409: "Conflict",
+    410: "Gone",
     413: "Payload too large",
     415: "Unsupported media type",
     422: "Unprocessable content",
@@ -96,6 +97,13 @@ _REFUSED_INPUT = {
     ErrorCode.INTERACTION_OPTION_UNKNOWN,
     ErrorCode.EDIT_INVALID,
     ErrorCode.EDIT_NOT_ALLOWED,
+}
+# A completion of a parked step: a token that does not complete it, a step nothing waits on, one
+# whose wait is over.
+_EXTERNAL = {
+    ErrorCode.EXTERNAL_TOKEN_INVALID: 403,
+    ErrorCode.EXTERNAL_UNKNOWN: 404,
+    ErrorCode.EXTERNAL_EXPIRED: 410,
 }
 _EDIT_CODES = (ErrorCode.EDIT_INVALID, ErrorCode.EDIT_NOT_ALLOWED)
 _EDIT_SHOWN = ("reason", "fields", "editable", "problems", "refusal")
@@ -177,6 +185,8 @@ def _from_kernel(exc: KernelError) -> HttpProblem:
     if code == ErrorCode.REQUEST_DEAD:
         error_code = exc.context.get("error_code")
         return dead_problem(error_code if isinstance(error_code, str) else None, None)
+    if code in _EXTERNAL:
+        return HttpProblem(_EXTERNAL[code], str(code), exc.message, extra=extra)
     if code == ErrorCode.NOT_SUPPORTED:
         return HttpProblem(501, str(code), exc.message)
     if isinstance(exc, InvalidIdError):

@@ -124,8 +124,10 @@ class Service:
             raise HttpProblem(403, "FORBIDDEN", f"{principal.id} may not {action} on this thread")
         return principal, thread_id
 
-    async def body(self, request: Request) -> dict[str, Any]:
-        """The JSON object of the body, at most ``max_body_bytes``."""
+    async def body(
+        self, request: Request, members: tuple[str, ...] = ("text", "selection")
+    ) -> dict[str, Any]:
+        """The JSON object of the body, at most ``max_body_bytes``, with only ``members``."""
         limit = self.max_body_bytes
         too_large = HttpProblem(
             413, str(ErrorCode.PAYLOAD_TOO_LARGE), f"the body is larger than {limit} bytes"
@@ -155,12 +157,12 @@ class Service:
             ) from None
         if not isinstance(parsed, dict):
             raise HttpProblem(422, str(ErrorCode.INVALID_INPUT), "the body must be a JSON object")
-        unknown = sorted(set(parsed) - {"text", "selection"})
+        unknown = sorted(set(parsed) - set(members))
         if unknown:
             raise HttpProblem(
                 422,
                 str(ErrorCode.INVALID_INPUT),
-                "the body has members other than text and selection",
+                f"the body has members other than {' and '.join(members)}",
                 extra={"unknown": unknown[:10]},
             )
         return parsed

@@ -9,6 +9,7 @@ from ._budgets import Budget, BudgetContext, Limit, Price
 from ._capability import Capability, Guidance, define_capability
 from ._compat import Compatibility, Migration, admit_checkpoint
 from ._compile import compile_manifest
+from ._completion import CompletionTokens
 from ._context import CapabilityContext, ExternalCompletion, TurnInfo
 from ._events import Redactor
 from ._failures import ErrorClassifier, StepError
@@ -67,6 +68,7 @@ __all__ = [
     "Compatibility",
     "CompiledAgent",
     "Completed",
+    "CompletionTokens",
     "Confirmation",
     "ConfirmationAnswer",
     "ConfirmationField",

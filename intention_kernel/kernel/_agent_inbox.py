@@ -122,15 +122,31 @@ class AgentInbox:
         )
 
     async def complete_external(
-        self, *, thread_id: str, key: str, result: JsonValue
+        self,
+        *,
+        thread_id: str,
+        key: str,
+        result: JsonValue,
+        token: str | None = None,
+        host_context: Mapping[str, Any] | None = None,
     ) -> InboxRequest:
         """Complete the step a capability parked with ``AwaitingExternal(key, ...)``: a turn
         submitted to the inbox (``<key>@completed``) runs the capability again with
         ``context.external``. The same completion again is the same request (it replays); another
         result for a completed key is ``TURN_ID_REUSED``; an unknown key is ``EXTERNAL_UNKNOWN``
-        and one past its timeout ``EXTERNAL_EXPIRED``, nothing written."""
+        and one past its timeout ``EXTERNAL_EXPIRED``, nothing written. ``token``: the caller's
+        completion token (``context.completion_token``), checked first
+        (``EXTERNAL_TOKEN_INVALID``); ``host_context`` is kept with the request (who sent it)."""
         validate_thread_id(thread_id)
         key = validate_id(key, "external key", max_length=MAX_EXTERNAL_KEY)
+        if token is not None:
+            signer = self._runtime.completion
+            if signer is None or not signer.verify(token, thread_id, key):
+                raise InvalidInputError(
+                    "the completion token does not complete this key of this thread",
+                    code=ErrorCode.EXTERNAL_TOKEN_INVALID,
+                    context={"field": "token"},
+                )
         codec.check(result, what="result")  # then the selection's own limits, as submit checks
         turn_id = f"{key}@completed"
         item = parked(await self._checkpoint(thread_id), key)
@@ -153,6 +169,7 @@ class AgentInbox:
             turn_id=turn_id,
             text="",
             selection={EXTERNAL_KEY: key, "result": result},
+            host_context=host_context,
         )
 
     async def _checkpoint(self, thread_id: str) -> KernelCheckpoint | None:
@@ -187,11 +204,17 @@ class AgentInbox:
         rows = self._timers
         if rows is None:
             return
+        kept = False
         for timer in timers_of(thread_id, turn_id, stored.checkpoint):
             try:
                 await rows.add_timer(timer)
+                kept = True
             except KernelError as exc:
                 log.warning("a timer was not kept: [%s] %s", exc.code, exc.message)
+        if kept:  # this process's schedulers look at it now, not after their sleep
+            for worker in self._workers:
+                if worker.scheduler is not None:
+                    worker.scheduler.nudge()
 
     async def work(self, **settings: Any) -> None:
         """Run a worker in this task until it is cancelled (``worker()`` to drain instead)."""

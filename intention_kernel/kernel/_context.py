@@ -31,6 +31,7 @@ from ..contracts.errors import (
     UsageError,
 )
 from ..contracts.events import EventCategory, KernelEvent
+from ..contracts.ids import validate_id
 from ..contracts.receipts import (
     EffectAuthority,
     EffectExecution,
@@ -39,7 +40,9 @@ from ..contracts.receipts import (
     ReceiptStatus,
 )
 from ..telemetry import effect_span
+from ._completion import CompletionTokens
 from ._events import EventRecorder
+from ._expiry import MAX_EXTERNAL_KEY
 from ._facts import parse_fact_ref
 from ._keys import provider_idempotency_key
 from ._limits import stored_within
@@ -175,6 +178,7 @@ class CapabilityContext(Generic[Deps]):
     """
 
     __slots__ = (
+        "_completion",
         "_confirmation",
         "_effect",
         "_interrupted",
@@ -216,8 +220,10 @@ class CapabilityContext(Generic[Deps]):
         request: JsonValue = None,
         deps: Any = None,
         external: ExternalCompletion | None = None,
+        completion: CompletionTokens | None = None,
     ) -> None:
         self._scope = scope
+        self._completion = completion
         self.deps: Deps = deps
         """The turn's dependencies (the run's, else the kernel's), typed by ``Deps``."""
         self._request = request
@@ -274,6 +280,25 @@ class CapabilityContext(Generic[Deps]):
             self.step_id, self.capability_id, text, _number(progress), _number(total)
         )
         self.events.report(item)
+
+    def completion_token(self, key: str) -> str:
+        """The token a third party sends to complete this thread's step parked under ``key``
+        (``POST /v1/threads/{thread_id}/external/{key}``, ``docs/external.md``): it completes
+        that key of this thread and nothing else, once. The same for every run of the step, so
+        a write that hands it out replays with it. Needs ``Kernel(completion_secret=...)``."""
+        if self._completion is None:
+            raise ConfigurationError(
+                "completion tokens need Kernel(completion_secret=...)",
+                context={"setting": "completion_secret"},
+            )
+        checked = validate_id(key, "external key", max_length=MAX_EXTERNAL_KEY)
+        if "@" in checked:
+            raise InvalidIdError(
+                "an external key has no '@'",
+                code=ErrorCode.INVALID_ID,
+                context={"field": "key", "reason": "at_sign"},
+            )
+        return self._completion.sign(self.turn.thread_id, checked)
 
     def fact(self, ref: str, key: str | None = None) -> FactRecord | None:
         """The visible fact ``name@version`` (optionally with its key), if any."""

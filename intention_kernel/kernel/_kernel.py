@@ -23,6 +23,7 @@ from ._agent import AgentDefinition
 from ._budgets import Budget, Limit, Price, check_limits, check_prices
 from ._compat import Compatibility, Migration
 from ._compile import compile_manifest
+from ._completion import CompletionTokens
 from ._events import Redactor
 from ._failures import ErrorClassifier
 from ._flow import build_gate, flow_counters
@@ -73,7 +74,9 @@ class Kernel:
     ``budgets`` (``Budget``) bound the model spend of every agent, ``provider_limits`` map a
     provider to its ``Limit`` (calls in flight and per minute, shared cool-downs) and
     ``prices`` a model to its ``Price``, all held in the store for every process on it (see
-    ``docs/budgets.md``).
+    ``docs/budgets.md``). ``completion_secret`` (at least 32 bytes, or a list whose first
+    signs and all check, for rotation) signs the tokens a capability hands a third party to
+    complete its parked step (``context.completion_token``, ``docs/external.md``).
     """
 
     def __init__(
@@ -94,8 +97,13 @@ class Kernel:
         budgets: Sequence[Budget] = (),
         provider_limits: Mapping[str, Limit] | None = None,
         prices: Mapping[str, Price] | None = None,
+        completion_secret: bytes | str | Sequence[bytes | str] | None = None,
     ) -> None:
         problems = []
+        try:
+            self.completion = CompletionTokens.configure(completion_secret)
+        except ConfigurationError as exc:
+            problems.append(exc.message)
         if not callable(getattr(durability, "with_turn", None)):
             problems.append("durability must implement Durability.with_turn")
         named = isinstance(model, str) and bool(model.strip())
@@ -194,6 +202,7 @@ class Kernel:
             ids=self.ids,
             classify_error=self.classify_error,
             deps=self.deps,
+            completion=self.completion,
             flow=build_gate(
                 flow_counters(self.durability),
                 agent_id=agent.id,

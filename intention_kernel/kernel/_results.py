@@ -59,6 +59,9 @@ class NeedsInput:
 
     prompt: str
     fields: tuple[str, ...] = ()
+    expires_after: float | timedelta | None = None
+    """How long the question stays open (seconds or a ``timedelta``): at its deadline a turn
+    closes it and drops the step, so a stale question does not wait forever."""
     status: Literal[StepStatus.NEEDS_INPUT] = StepStatus.NEEDS_INPUT
 
 

@@ -20,7 +20,6 @@ waited longer than its grace by then is missed. The loop never sleeps longer tha
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -107,6 +106,11 @@ class Scheduler:
         """Occurrences this scheduler submitted (a submit another one made first included)."""
         self.fired = 0
         """Timers this scheduler submitted or found no longer wanted."""
+        self._nudged = asyncio.Event()
+
+    def nudge(self) -> None:
+        """A timer was kept in this process: look at the timers now, not after the sleep."""
+        self._nudged.set()
 
     async def register(self) -> None:
         """Record every schedule's definition; learn from when its occurrences count."""
@@ -198,6 +202,7 @@ class Scheduler:
         loop = asyncio.get_running_loop()
         registered_at: float | None = None
         while not stopping.is_set():
+            self._nudged.clear()  # before the round: a nudge during it starts the next at once
             try:
                 if registered_at is None or loop.time() - registered_at >= REGISTER_EVERY:
                     await self.register()
@@ -209,6 +214,9 @@ class Scheduler:
             except Exception:  # a bug must not stop the schedules for good: logged, retried
                 log.exception("scheduler round failed")
                 wait = RETRY
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(wait):
-                    await stopping.wait()
+            woken = (loop.create_task(stopping.wait()), loop.create_task(self._nudged.wait()))
+            try:
+                await asyncio.wait(woken, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in woken:
+                    task.cancel()

@@ -241,6 +241,7 @@ def make_world(
     ports: Mapping[str, Any] | None = None,
     classify_error: ErrorClassifier | None = None,
     clock: Callable[[], datetime] | None = None,
+    completion_secret: str | list[str] | None = None,
 ) -> World:
     routes: dict[str, Intentions] = {}
     answers: dict[str, str] = {}
@@ -263,6 +264,7 @@ def make_world(
         sinks=[collector],
         classify_error=classify_error,
         clock=clock,
+        completion_secret=completion_secret,
     )
     compiled = kernel.compile(agent if agent is not None else support_agent())
     return World(durability, gateway, shop, collector, kernel, compiled, routes, answers)

@@ -19,6 +19,7 @@ from intention_kernel.kernel import (
     Failed,
     Kernel,
     NeedsConfirmation,
+    NeedsInput,
     TurnResult,
     define_capability,
 )
@@ -279,3 +280,62 @@ async def test_a_question_answered_in_time_drops_its_timer_unsubmitted(
     assert scheduler.fired == 1 and await rows.next_timer() is None
     inbox: Any = getattr(durability, "inbox")  # noqa: B009
     assert await inbox.list_requests(thread_id="t1") == []  # nothing was submitted
+
+
+class Address(BaseModel):
+    order_id: str
+
+
+async def test_an_input_question_closes_at_its_deadline(durability: DurabilityStore) -> None:
+    async def ask(context: CapabilityContext, order: Address) -> NeedsInput:
+        return NeedsInput(prompt="Where should it go?", fields=("address",), expires_after=90)
+
+    shipping = define_capability(
+        id="orders.ship",
+        version="1.0.0",
+        description="Ship an order.",
+        input=Address,
+        output=Receipt,
+        execute=ask,
+    )
+    world, _, clock = _world(durability, shipping)
+    world.say("ship 42", [{"capability": "orders.ship", "input": {"order_id": "42"}}])
+    asked = await world.run("turn-1", "ship 42")
+    question = asked.checkpoint.interaction
+    assert question is not None and question.kind == "input"
+    deadline = T0 + timedelta(seconds=90)
+    assert question.data == {"expires_at": deadline.isoformat()}
+    clock.now = deadline
+    scheduler = world.agent.scheduler(clock=clock)
+    await scheduler.tick()
+    assert scheduler.fired == 1
+    closed = await world.agent.run(
+        thread_id="t1",
+        turn_id=f"{question.id}@expires",
+        text="",
+        selection={"expire_interaction": question.id},
+    )
+    assert closed.checkpoint.interaction is None and closed.checkpoint.agenda == []
+    assert closed.response.text.startswith("The question expired (Ship an order")
+
+
+async def test_an_input_question_with_a_bad_deadline_fails_its_step(
+    durability: DurabilityStore,
+) -> None:
+    async def ask(context: CapabilityContext, order: Address) -> NeedsInput:
+        return NeedsInput(prompt="Where?", expires_after=-1)
+
+    shipping = define_capability(
+        id="orders.ship",
+        version="1.0.0",
+        description="Ship an order.",
+        input=Address,
+        output=Receipt,
+        execute=ask,
+    )
+    world, _, _ = _world(durability, shipping)
+    world.say("ship 42", [{"capability": "orders.ship", "input": {"order_id": "42"}}])
+    failed = await world.run("turn-1", "ship 42")
+    [step] = failed.response.steps
+    assert step.reason == "the capability's question has an invalid expires_after"
+    assert failed.checkpoint.interaction is None

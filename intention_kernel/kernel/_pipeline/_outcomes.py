@@ -142,11 +142,16 @@ def _outcome(
     if isinstance(result, Completed):
         return _completed(state, step, result, context)
     if isinstance(result, NeedsInput):
+        try:
+            asked_for = expiry_seconds(result.expires_after)
+        except ValueError:
+            return _failed(step, "the capability's question has an invalid expires_after")
         return StepOutcome(
             step=step,
             status=StepStatus.NEEDS_INPUT,
             prompt=result.prompt,
             missing=result.fields,
+            expires_after=asked_for,
             receipts=context.receipts,
         )
     if isinstance(result, NeedsDependency):

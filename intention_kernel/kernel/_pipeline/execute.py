@@ -127,6 +127,7 @@ async def _call(state: TurnState, step: PlannedStep, done: dict[str, StepOutcome
         approval=step.approval,
         answer=step.answer,
         external=step.external,
+        completion=state.runtime.completion,
         request=step.input_json,
         deps=state.deps,
     )

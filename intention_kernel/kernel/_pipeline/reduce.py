@@ -50,6 +50,12 @@ _ASKS = {StepStatus.NEEDS_INPUT: "input", StepStatus.NEEDS_CONFIRMATION: "confir
 """Step outcomes that ask the user something, and the kind of interaction they open."""
 _REASKS = {AgendaStatus.NEEDS_INPUT: "input", AgendaStatus.NEEDS_CONFIRMATION: "confirmation"}
 """Pending agenda items that asked the user something, and the kind of interaction."""
+_DEADLINED = (
+    AgendaStatus.NEEDS_CONFIRMATION,
+    AgendaStatus.NEEDS_INPUT,
+    AgendaStatus.AWAITING_EXTERNAL,
+)
+"""The agenda items that may carry ``expires_at`` (their ``expires_after``)."""
 _PENDING = {
     StepStatus.NEEDS_INPUT: AgendaStatus.NEEDS_INPUT,
     StepStatus.NEEDS_CONFIRMATION: AgendaStatus.NEEDS_CONFIRMATION,
@@ -218,7 +224,7 @@ def reduce_outcomes(
             if outcome.status in _ASKS and outcome.prompt:
                 data["prompt"] = outcome.prompt
                 data["options"] = list(outcome.options)
-            if status in (AgendaStatus.NEEDS_CONFIRMATION, AgendaStatus.AWAITING_EXTERNAL):
+            if status in _DEADLINED:
                 data.update(deadline(now or datetime.now(UTC), outcome.expires_after))
             if status == AgendaStatus.NEEDS_CONFIRMATION:
                 data["accept"] = list(outcome.accept)

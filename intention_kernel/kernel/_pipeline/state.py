@@ -22,6 +22,7 @@ from ...contracts.gateway import ModelRefusal
 from ...contracts.receipts import EffectReceipt
 from .._agent import AgentDefinition
 from .._capability import Capability
+from .._completion import CompletionTokens
 from .._context import ExternalCompletion, TurnInfo
 from .._events import EventRecorder
 from .._facts import FactRef
@@ -117,6 +118,8 @@ class AgentRuntime:
     """The kernel's dependencies (``Kernel(deps=...)``): a turn's ``context.deps`` by default."""
     flow: FlowGate | None = None
     """Budgets and provider limits around each model call (``None``: none declared)."""
+    completion: CompletionTokens | None = None
+    """Signs and checks completion tokens (``Kernel(completion_secret=...)``)."""
 
 
 @dataclass(slots=True)
