@@ -9,8 +9,6 @@ each after the previous one was accepted, commit in the order they arrived."""
 
 from __future__ import annotations
 
-import asyncio
-import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,13 +17,8 @@ from typing import Any
 
 import httpx
 
-from intention_kernel.http import hash_token
-from tests.support.postgres import drop_schema, require_postgres, scratch_schema
+from .two_instances import AUTH, postgres_pair
 
-from .two_instances import CLI, serving_pair
-
-TOKEN = "alice-token-0001"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
 ASYNC = {"Prefer": "respond-async"}
 SLOW = 4.0
 """Seconds the slow turn's model takes: far above what a refusal or a submit may take."""
@@ -33,22 +26,9 @@ SLOW = 4.0
 
 @contextmanager
 def _instances(tmp_path: Path, busy: str) -> Iterator[tuple[str, str]]:
-    """A migrated scratch schema and two serve processes on it with ``--busy busy``: their
-    URLs. Both are stopped with SIGTERM (status 0, no traceback), then the schema dropped."""
-    dsn = require_postgres()
-    schema = scratch_schema(f"ik_http_busy_{busy}")
-    store = f"{dsn}{'&' if '?' in dsn else '?'}schema={schema}"
-    tokens = tmp_path / "tokens"
-    tokens.write_text(f"alice {hash_token(TOKEN)}\n")
-    try:
-        migrated = subprocess.run(
-            [*CLI, "migrate", "--store", store], capture_output=True, text=True, timeout=60
-        )
-        assert migrated.returncode == 0, migrated.stderr
-        with serving_pair(store, tokens, tmp_path / "bookings", "--busy", busy) as urls:
-            yield urls[0], urls[1]
-    finally:
-        asyncio.run(drop_schema(dsn, schema))
+    """Two serve processes with ``--busy busy`` on a scratch schema: their URLs."""
+    with postgres_pair(tmp_path, f"ik_http_busy_{busy}", "--busy", busy) as urls:
+        yield urls[0], urls[1]
 
 
 def _post(

@@ -7,8 +7,6 @@ its completion is refused."""
 
 from __future__ import annotations
 
-import asyncio
-import subprocess
 import time
 from collections import Counter
 from pathlib import Path
@@ -16,14 +14,8 @@ from typing import Any
 
 import httpx
 
-from intention_kernel.http import hash_token
-from tests.support.postgres import drop_schema, require_postgres, scratch_schema
-
 from .served_bookings import bookings, callbacks
-from .two_instances import CLI, serving_pair
-
-TOKEN = "alice-token-0001"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
+from .two_instances import AUTH, postgres_pair
 
 
 def _turn(url: str, thread: str, turn: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -100,68 +92,54 @@ def _completion_of(url: str, log: Path, thread: str, key: str, other: str) -> No
 
 
 def test_a_parked_step_is_completed_on_the_other_instance(tmp_path: Path) -> None:
-    dsn = require_postgres()
-    schema = scratch_schema("ik_http_external")
-    store = f"{dsn}{'&' if '?' in dsn else '?'}schema={schema}"
     log = tmp_path / "bookings"
-    tokens = tmp_path / "tokens"
-    tokens.write_text(f"alice {hash_token(TOKEN)}\n")
-    try:
-        migrated = subprocess.run(
-            [*CLI, "migrate", "--store", store], capture_output=True, text=True, timeout=60
+    with postgres_pair(tmp_path, "ik_http_external") as (first, other):
+        parked = _park(first, "stay", 7, 120)
+        assert parked["response"]["text"] == "The hotel is asked to hold room 7."
+        assert [a["status"] for a in parked["checkpoint"]["agenda"]] == ["awaiting_external"]
+
+        _completion_of(first, log, "stay", "hold-7", other)
+        done = _settled(first, "stay", "hold-7@completed")
+        result = done["result"]
+        assert result["response"]["text"] == "Room 7 held: confirmed."
+        assert result["checkpoint"]["agenda"] == []
+        # The write that told the hotel ran once, before parking; resumed, it replayed.
+        assert Counter(bookings(log)) == {"rooms.reserve:hold:7": 1}
+
+        # The hotel calls back again: the same completion replays, on either instance.
+        [[_, _, token]] = callbacks(log)
+        for url in (first, other):
+            again = _complete(
+                url,
+                "stay",
+                "hold-7",
+                {"status": "confirmed"},
+                headers={"Authorization": f"Bearer {token}"},
+            )
+            assert again.status_code == 202, again.text
+            assert again.headers["Idempotent-Replayed"] == "true"
+            assert again.json()["state"] == "done"
+        changed = _complete(other, "stay", "hold-7", {"status": "refused"}, params={"token": token})
+        assert changed.status_code == 409, changed.text
+        assert changed.json()["code"] == "TURN_ID_REUSED"
+
+        # A step nobody completes: its timeout turn runs once, then a completion is late.
+        _park(first, "late", 8, 1.5)
+        timed_out = _settled(other, "late", "hold-8@timeout")["result"]
+        assert timed_out["response"]["text"] == (
+            "Hold a room until the hotel confirms it did not complete in time:"
+            " I have stopped waiting for it."
         )
-        assert migrated.returncode == 0, migrated.stderr
-        with serving_pair(store, tokens, log) as (first, other):
-            parked = _park(first, "stay", 7, 120)
-            assert parked["response"]["text"] == "The hotel is asked to hold room 7."
-            assert [a["status"] for a in parked["checkpoint"]["agenda"]] == ["awaiting_external"]
-
-            _completion_of(first, log, "stay", "hold-7", other)
-            done = _settled(first, "stay", "hold-7@completed")
-            result = done["result"]
-            assert result["response"]["text"] == "Room 7 held: confirmed."
-            assert result["checkpoint"]["agenda"] == []
-            # The write that told the hotel ran once, before parking; resumed, it replayed.
-            assert Counter(bookings(log)) == {"rooms.reserve:hold:7": 1}
-
-            # The hotel calls back again: the same completion replays, on either instance.
-            [[_, _, token]] = callbacks(log)
-            for url in (first, other):
-                again = _complete(
-                    url,
-                    "stay",
-                    "hold-7",
-                    {"status": "confirmed"},
-                    headers={"Authorization": f"Bearer {token}"},
-                )
-                assert again.status_code == 202, again.text
-                assert again.headers["Idempotent-Replayed"] == "true"
-                assert again.json()["state"] == "done"
-            changed = _complete(
-                other, "stay", "hold-7", {"status": "refused"}, params={"token": token}
-            )
-            assert changed.status_code == 409, changed.text
-            assert changed.json()["code"] == "TURN_ID_REUSED"
-
-            # A step nobody completes: its timeout turn runs once, then a completion is late.
-            _park(first, "late", 8, 1.5)
-            timed_out = _settled(other, "late", "hold-8@timeout")["result"]
-            assert timed_out["response"]["text"] == (
-                "Hold a room until the hotel confirms it did not complete in time:"
-                " I have stopped waiting for it."
-            )
-            assert timed_out["checkpoint"]["agenda"] == []
-            [[_, _, late_token]] = [c for c in callbacks(log) if c[0] == "late"]
-            late = _complete(
-                other, "late", "hold-8", {"status": "confirmed"}, params={"token": late_token}
-            )
-            assert late.status_code == 404, late.text
-            assert late.json()["code"] == "EXTERNAL_UNKNOWN"
-            time.sleep(1.0)  # both schedulers had their round: the timer is not fired again
-            assert _turn_ids(first, "late") == ["late-ask", "late-yes", "hold-8@timeout"]
-            assert Counter(bookings(log)) == {
-                "rooms.reserve:hold:7": 1,
-                "rooms.reserve:hold:8": 1,
-            }
-    finally:
-        asyncio.run(drop_schema(dsn, schema))
+        assert timed_out["checkpoint"]["agenda"] == []
+        [[_, _, late_token]] = [c for c in callbacks(log) if c[0] == "late"]
+        late = _complete(
+            other, "late", "hold-8", {"status": "confirmed"}, params={"token": late_token}
+        )
+        assert late.status_code == 404, late.text
+        assert late.json()["code"] == "EXTERNAL_UNKNOWN"
+        time.sleep(1.0)  # both schedulers had their round: the timer is not fired again
+        assert _turn_ids(first, "late") == ["late-ask", "late-yes", "hold-8@timeout"]
+        assert Counter(bookings(log)) == {
+            "rooms.reserve:hold:7": 1,
+            "rooms.reserve:hold:8": 1,
+        }

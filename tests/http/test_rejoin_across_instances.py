@@ -6,23 +6,15 @@ result."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import subprocess
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from intention_kernel.http import hash_token
-from tests.support.postgres import drop_schema, require_postgres, scratch_schema
-
 from .served_bookings import ANSWER, bookings
-from .two_instances import CLI, serving_pair
-
-TOKEN = "alice-token-0001"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
+from .two_instances import AUTH, postgres_pair
 
 Event = tuple[str | None, str, Any]
 
@@ -92,40 +84,28 @@ def _rejoin(url: str, thread: str, last: str | None) -> list[Event]:
 
 
 def test_a_stream_left_at_each_event_rejoins_on_the_other_instance(tmp_path: Path) -> None:
-    dsn = require_postgres()
-    schema = scratch_schema("ik_http_rejoin")
-    store = f"{dsn}{'&' if '?' in dsn else '?'}schema={schema}"
     log = tmp_path / "bookings"
-    tokens = tmp_path / "tokens"
-    tokens.write_text(f"alice {hash_token(TOKEN)}\n")
-    try:
-        migrated = subprocess.run(
-            [*CLI, "migrate", "--store", store], capture_output=True, text=True, timeout=60
-        )
-        assert migrated.returncode == 0, migrated.stderr
-        with serving_pair(store, tokens, log) as (first, other):
-            whole = _press(first, "ref", _ask(first, "ref", 10), None)
-            names = [name for _, name, _ in whole]
-            assert names[:2] == ["step.started", "step.finished"], names
-            assert names[-1] == "turn.completed" and names.count("text.delta") > 2
-            for leave in range(len(whole)):  # after 0, 1, ... events, the result not yet seen
-                thread = f"left-{leave}"
-                room = 11 + leave  # two digits, as the reference's: the same pieces of text
-                press = _ask(first, thread, room)
-                before = _press(first, thread, press, leave)
-                last = before[-1][0] if before else None
-                after = _rejoin(other, thread, last)
-                result = after[-1][2]
-                seen = [name for _, name, _ in before + after]
-                # The rejoined stream goes on exactly where the client left: the same events.
-                assert seen == names, leave
-                assert result["turn_id"] == f"{thread}-yes"
-                assert result["response"]["text"] == ANSWER.format(room=room)
-                assert _shown(before + after) == result["response"]["text"]
-                receipts = result["checkpoint"]["receipts"]
-                assert [r["status"] for r in receipts] == ["completed"], receipts
-            calls = Counter(bookings(log))
-            assert len(calls) == len(whole) + 1  # one booking per turn, the reference's too
-            assert set(calls.values()) == {1}, calls  # each one called once
-    finally:
-        asyncio.run(drop_schema(dsn, schema))
+    with postgres_pair(tmp_path, "ik_http_rejoin") as (first, other):
+        whole = _press(first, "ref", _ask(first, "ref", 10), None)
+        names = [name for _, name, _ in whole]
+        assert names[:2] == ["step.started", "step.finished"], names
+        assert names[-1] == "turn.completed" and names.count("text.delta") > 2
+        for leave in range(len(whole)):  # after 0, 1, ... events, the result not yet seen
+            thread = f"left-{leave}"
+            room = 11 + leave  # two digits, as the reference's: the same pieces of text
+            press = _ask(first, thread, room)
+            before = _press(first, thread, press, leave)
+            last = before[-1][0] if before else None
+            after = _rejoin(other, thread, last)
+            result = after[-1][2]
+            seen = [name for _, name, _ in before + after]
+            # The rejoined stream goes on exactly where the client left: the same events.
+            assert seen == names, leave
+            assert result["turn_id"] == f"{thread}-yes"
+            assert result["response"]["text"] == ANSWER.format(room=room)
+            assert _shown(before + after) == result["response"]["text"]
+            receipts = result["checkpoint"]["receipts"]
+            assert [r["status"] for r in receipts] == ["completed"], receipts
+        calls = Counter(bookings(log))
+        assert len(calls) == len(whole) + 1  # one booking per turn, the reference's too
+        assert set(calls.values()) == {1}, calls  # each one called once

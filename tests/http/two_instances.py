@@ -1,8 +1,10 @@
 """Two real ``intention-kernel serve`` processes on one store, for the tests that cross
-instances (a rejoin on the other one, a busy thread seen from the other one)."""
+instances (a rejoin on the other one, a busy thread seen from the other one, a completion on
+the other one)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
@@ -12,9 +14,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from intention_kernel.http import hash_token
+from tests.support.postgres import drop_schema, require_postgres, scratch_schema
 from tests.support.serving import wait_until_healthy
 
 CLI = [sys.executable, "-m", "intention_kernel.cli"]
+TOKEN = "alice-token-0001"
+"""Alice's bearer token on the pair (``postgres_pair``)."""
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
 def free_port() -> int:
@@ -70,3 +77,23 @@ def serving_pair(store: str, tokens: Path, log: Path, *options: str) -> Iterator
             if process.poll() is None:
                 process.kill()
                 process.communicate()
+
+
+@contextmanager
+def postgres_pair(tmp_path: Path, name: str, *options: str) -> Iterator[list[str]]:
+    """A migrated scratch schema ``name`` and ``serving_pair`` on it (alice's ``TOKEN``, the
+    hotel's log at ``tmp_path / "bookings"``): their URLs; the schema dropped at the end."""
+    dsn = require_postgres()
+    schema = scratch_schema(name)
+    store = f"{dsn}{'&' if '?' in dsn else '?'}schema={schema}"
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"alice {hash_token(TOKEN)}\n")
+    try:
+        migrated = subprocess.run(
+            [*CLI, "migrate", "--store", store], capture_output=True, text=True, timeout=60
+        )
+        assert migrated.returncode == 0, migrated.stderr
+        with serving_pair(store, tokens, tmp_path / "bookings", *options) as urls:
+            yield urls
+    finally:
+        asyncio.run(drop_schema(dsn, schema))

@@ -286,11 +286,9 @@ class Address(BaseModel):
     order_id: str
 
 
-async def test_an_input_question_closes_at_its_deadline(durability: DurabilityStore) -> None:
-    async def ask(context: CapabilityContext, order: Address) -> NeedsInput:
-        return NeedsInput(prompt="Where should it go?", fields=("address",), expires_after=90)
-
-    shipping = define_capability(
+def _shipping(ask: Any) -> Any:
+    """``orders.ship``, which asks the user (``ask``) where to ship."""
+    return define_capability(
         id="orders.ship",
         version="1.0.0",
         description="Ship an order.",
@@ -298,7 +296,13 @@ async def test_an_input_question_closes_at_its_deadline(durability: DurabilitySt
         output=Receipt,
         execute=ask,
     )
-    world, _, clock = _world(durability, shipping)
+
+
+async def test_an_input_question_closes_at_its_deadline(durability: DurabilityStore) -> None:
+    async def ask(context: CapabilityContext, order: Address) -> NeedsInput:
+        return NeedsInput(prompt="Where should it go?", fields=("address",), expires_after=90)
+
+    world, _, clock = _world(durability, _shipping(ask))
     world.say("ship 42", [{"capability": "orders.ship", "input": {"order_id": "42"}}])
     asked = await world.run("turn-1", "ship 42")
     question = asked.checkpoint.interaction
@@ -325,15 +329,7 @@ async def test_an_input_question_with_a_bad_deadline_fails_its_step(
     async def ask(context: CapabilityContext, order: Address) -> NeedsInput:
         return NeedsInput(prompt="Where?", expires_after=-1)
 
-    shipping = define_capability(
-        id="orders.ship",
-        version="1.0.0",
-        description="Ship an order.",
-        input=Address,
-        output=Receipt,
-        execute=ask,
-    )
-    world, _, _ = _world(durability, shipping)
+    world, _, _ = _world(durability, _shipping(ask))
     world.say("ship 42", [{"capability": "orders.ship", "input": {"order_id": "42"}}])
     failed = await world.run("turn-1", "ship 42")
     [step] = failed.response.steps
