@@ -98,6 +98,12 @@ RULES = [
         within("contracts", "relay", "_crashpoints", "telemetry"),
     ),
     Rule(
+        "ingress submits through the agent's submit: it knows the contracts, not the kernel,"
+        " a store or the relay",
+        ("intention_kernel/ingress",),
+        within("contracts", "ingress"),
+    ),
+    Rule(
         "telemetry sits below the kernel and the relay: it knows only the contracts",
         ("intention_kernel/telemetry",),
         within("contracts", "telemetry", "__version__"),

@@ -19,6 +19,7 @@ from . import _compat as compat
 from . import _diagnose as diagnose
 from . import _extras as extras
 from . import _inbox as inbox
+from . import _ingress as ingress
 from . import _maintenance as maintenance
 from . import _outbox as outbox
 from . import _receipts as receipts
@@ -118,6 +119,7 @@ for module in (
     inbox,
     schedules,
     worker,
+    ingress,
     extras,
     serve,
 ):
