@@ -458,12 +458,13 @@ INGRESS = [
     "MAX_MESSAGE_BYTES",
     "IngressStats",
     "NatsIngress",
+    "RedisIngress",
     "TurnMessage",
     "decode_turn",
     "encode_turn",
     "partition_of",
 ]
-"""Turns from brokers (``NatsIngress`` loads the ``nats`` extra when it is used)."""
+"""Turns from brokers (``NatsIngress`` and ``RedisIngress`` load their extras when used)."""
 
 MCP_EXAMPLE = [
     "notes_agent",

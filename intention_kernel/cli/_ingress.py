@@ -33,7 +33,8 @@ def ingress(
     broker: Annotated[
         str,
         typer.Argument(
-            help="nats://host:port of a NATS server with JetStream.", show_default=False
+            help="nats://host:port (NATS JetStream) or redis://host:port/db (Redis Streams).",
+            show_default=False,
         ),
     ],
     agent: Annotated[
@@ -51,18 +52,31 @@ def ingress(
             "--partitions", min=1, max=1024, help="Partitions (publishers use partition_of)."
         ),
     ] = 4,
-    stream: Annotated[str, typer.Option("--stream", help="The JetStream stream.")] = "IK_TURNS",
+    stream: Annotated[
+        str | None,
+        typer.Option(
+            "--stream",
+            help="NATS: the JetStream stream (IK_TURNS); Redis: the streams' key prefix, one"
+            " stream <prefix>:<partition> each (ik:turns).",
+            show_default=False,
+        ),
+    ] = None,
     subject: Annotated[
-        str, typer.Option("--subject", help="Subjects <subject>.<partition>.")
+        str, typer.Option("--subject", help="NATS: subjects <subject>.<partition>.")
     ] = "ik.turns",
     consumer: Annotated[
-        str, typer.Option("--consumer", help="Durable consumers <consumer>-<partition>.")
+        str,
+        typer.Option(
+            "--consumer",
+            help="NATS: durable consumers <consumer>-<partition>; Redis: the consumer group.",
+        ),
     ] = "ik-turns",
     ack_wait: Annotated[
         float,
         typer.Option(
             "--ack-wait",
-            help="Seconds before a message a dead process held is delivered again.",
+            help="Seconds before a message a dead process held is delivered again (NATS), or"
+            " its partition taken over (Redis: the partition's lease).",
         ),
     ] = 30.0,
     as_json: JsonOpt = False,
@@ -72,11 +86,14 @@ def ingress(
     Each message is acknowledged once its turn is durable; a message the kernel refuses is
     logged and dropped. Exit 0 after a stop.
     """
-    if urlsplit(broker).scheme != "nats":
-        raise typer.BadParameter("the broker is nats://host:port", param_hint="BROKER")
+    scheme = urlsplit(broker).scheme
+    if scheme not in ("nats", "redis", "rediss"):
+        raise typer.BadParameter(
+            "the broker is nats://host:port or redis://host:port/db", param_hint="BROKER"
+        )
 
     async def body() -> dict[str, Any]:
-        from ..ingress import NatsIngress
+        from ..ingress import NatsIngress, RedisIngress
 
         loop = asyncio.get_running_loop()
         stopping = asyncio.Event()
@@ -85,19 +102,30 @@ def ingress(
         try:
             async with open_store(store, pool_size=2) as opened:
                 served = await load_served_agent(agent, opened)
-                running = NatsIngress(
-                    served.submit,
-                    broker,
-                    stream=stream,
-                    subject=subject,
-                    consumer=consumer,
-                    partitions=partitions,
-                    ack_wait=ack_wait,
-                )
+                running: NatsIngress | RedisIngress
+                if scheme == "nats":
+                    running = NatsIngress(
+                        served.submit,
+                        broker,
+                        stream=stream or "IK_TURNS",
+                        subject=subject,
+                        consumer=consumer,
+                        partitions=partitions,
+                        ack_wait=ack_wait,
+                    )
+                else:
+                    running = RedisIngress(
+                        served.submit,
+                        broker,
+                        stream=stream or "ik:turns",
+                        group=consumer,
+                        partitions=partitions,
+                        lease=ack_wait,
+                    )
                 log.info(
                     "ingress from %s (%s, %d partitions) to %s: agent %s",
-                    running.shown_server,
-                    stream,
+                    redact(broker),
+                    running.stream,
                     partitions,
                     redact(store_url(store)),
                     agent,

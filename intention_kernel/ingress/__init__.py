@@ -1,5 +1,5 @@
-"""Turns from the brokers a team already runs: each message a broker delivers becomes an inbox
-submission (``docs/ingress.md``).
+"""Turns from the brokers a team already runs (NATS JetStream, Redis Streams): each message a
+broker delivers becomes an inbox submission (``docs/ingress.md``).
 
 The message's id is the turn id, the message is acknowledged only once its submission is
 durable, and a redelivery is harmless (the submit is idempotent on the ids). A thread's messages
@@ -14,11 +14,13 @@ from ._stats import IngressStats
 
 if TYPE_CHECKING:
     from ._nats import NatsIngress
+    from ._redis import RedisIngress
 
 __all__ = [
     "MAX_MESSAGE_BYTES",
     "IngressStats",
     "NatsIngress",
+    "RedisIngress",
     "TurnMessage",
     "decode_turn",
     "encode_turn",
@@ -27,9 +29,14 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    """``NatsIngress`` loads ``nats-py`` (the ``nats`` extra) only when it is used."""
+    """``NatsIngress`` loads ``nats-py`` (the ``nats`` extra) and ``RedisIngress`` ``redis``
+    (the ``redis`` extra) only when it is used."""
     if name == "NatsIngress":
         from ._nats import NatsIngress
 
         return NatsIngress
+    if name == "RedisIngress":
+        from ._redis import RedisIngress
+
+        return RedisIngress
     raise AttributeError(name)

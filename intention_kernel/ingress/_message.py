@@ -46,7 +46,8 @@ def partition_of(thread_id: str, partitions: int) -> int:
 
 
 def encode_turn(thread_id: str, *, text: str = "", selection: Any = None) -> bytes:
-    """A message body for the turn (publishers; the turn id goes in a header)."""
+    """A message body for the turn (publishers; the turn id goes in a header on NATS, in the
+    entry's ``turn_id`` field on Redis)."""
     body: dict[str, Any] = {"thread_id": thread_id, "text": text}
     if selection is not None:
         body["selection"] = selection

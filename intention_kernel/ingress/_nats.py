@@ -31,17 +31,13 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from ..contracts.errors import ConfigurationError, KernelError
-from ._message import decode_turn
+from ..contracts.errors import ConfigurationError
 from ._stats import IngressStats
+from ._submitting import Delivery, SubmitTurn, pause, submit_message
 
-__all__ = ["NatsIngress", "SubmitTurn"]
+__all__ = ["NatsIngress"]
 
 log = logging.getLogger("intention_kernel.ingress")
-
-SubmitTurn = Callable[..., Awaitable[object]]
-"""``agent.submit`` (keyword arguments ``thread_id``, ``turn_id``, ``text``, ``selection``,
-``host_context``)."""
 
 FETCH_WAIT = 1.0
 """Seconds one pull waits for a message (a stop is noticed within it)."""
@@ -114,7 +110,7 @@ class NatsIngress:
                 )
             except (OSError, TimeoutError, nats.errors.Error) as exc:
                 log.warning("NATS at %s: %s; trying again", self.shown_server, type(exc).__name__)
-                await _pause(stopping, self.retry)
+                await pause(stopping, self.retry)
         return None
 
     async def _ensure(self, js: JetStreamContext, stopping: asyncio.Event) -> None:
@@ -135,7 +131,7 @@ class NatsIngress:
                 if stopping.is_set():
                     raise
                 log.warning("NATS stream %s not ready: %s", self.stream, type(exc).__name__)
-                await _pause(stopping, self.retry)
+                await pause(stopping, self.retry)
 
     def _durable(self, index: int) -> str:
         return f"{self.consumer}-{index}"
@@ -162,7 +158,7 @@ class NatsIngress:
                     continue  # nothing published (or the server is away: the client reconnects)
                 except (OSError, nats.errors.Error) as exc:
                     log.debug("partition %d: fetch failed: %s", index, type(exc).__name__)
-                    await _pause(stopping, self.retry)
+                    await pause(stopping, self.retry)
                     continue
                 for message in messages:
                     await self._deliver(message, stopping)
@@ -171,44 +167,24 @@ class NatsIngress:
                 await subscription.unsubscribe()
 
     async def _deliver(self, message: Msg, stopping: asyncio.Event) -> None:
-        """Submit the message's turn, then acknowledge it; a refusal terminates it; a store
-        that is unavailable is tried again in place (the message stays unacknowledged)."""
+        """Submit the message's turn, then acknowledge it; a refusal terminates it; while a
+        store that is unavailable is tried again, the message is held (``in_progress``)."""
         headers: Mapping[str, str] = message.headers or {}
-        where = {"subject": message.subject, "sequence": _sequence(message)}
-        try:
-            turn = decode_turn(
-                message.data, headers.get(TURN_ID_HEADER) or headers.get("Nats-Msg-Id")
-            )
-            context = {**turn.host_context, "ingress": {"broker": "nats", **where}}
-            while True:
-                try:
-                    await self._submit(
-                        thread_id=turn.thread_id,
-                        turn_id=turn.turn_id,
-                        text=turn.text,
-                        selection=turn.selection,
-                        host_context=context,
-                    )
-                    break
-                except KernelError as exc:
-                    if not exc.retryable:
-                        raise
-                    self.stats.retried += 1
-                    log.warning("submit of %s failed, retrying: [%s]", where, exc.code)
-                    if stopping.is_set():
-                        return  # unacknowledged: redelivered after ack_wait
-                    with contextlib.suppress(OSError, nats.errors.Error):
-                        await message.in_progress()
-                    await _pause(stopping, self.retry)
-        except KernelError as exc:
-            self.stats.refused += 1
-            log.error("message %s refused, dropped: [%s] %s", where, exc.code, exc.message)
-            with contextlib.suppress(OSError, nats.errors.Error):
-                await message.term()
-            return
-        self.stats.submitted += 1
+        delivery = await submit_message(
+            self._submit,
+            message.data,
+            headers.get(TURN_ID_HEADER) or headers.get("Nats-Msg-Id"),
+            {"broker": "nats", "subject": message.subject, "sequence": _sequence(message)},
+            self.stats,
+            stopping,
+            retry=self.retry,
+            holding=message.in_progress,
+        )
         with contextlib.suppress(OSError, nats.errors.Error):
-            await message.ack()  # lost: redelivered, and submitted again as the same request
+            if delivery is Delivery.SUBMITTED:
+                await message.ack()  # lost: redelivered, and submitted again as the same request
+            elif delivery is Delivery.REFUSED:
+                await message.term()
 
 
 def _sequence(message: Msg) -> int | None:
@@ -216,12 +192,6 @@ def _sequence(message: Msg) -> int | None:
         return int(message.metadata.sequence.stream)
     except (AttributeError, TypeError, ValueError, nats.errors.Error):
         return None
-
-
-async def _pause(stopping: asyncio.Event, seconds: float) -> None:
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(seconds):
-            await stopping.wait()
 
 
 async def _quiet(*_: Any) -> None:

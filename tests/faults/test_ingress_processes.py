@@ -1,9 +1,9 @@
-"""Turns from NATS JetStream through ``intention-kernel ingress`` processes, on one PostgreSQL
-store: 4 partitions, 3 ingress processes and 2 worker processes. While the turns are being
-published, one ingress process is killed with ``kill -9`` and the broker (a private
-``nats-server`` with its own store) is killed and started again. Afterwards every published
-turn committed exactly once, and each thread's turns committed in the order they were
-published.
+"""Turns from NATS JetStream and from Redis Streams through ``intention-kernel ingress``
+processes, on one PostgreSQL store: 4 partitions, 3 ingress processes and 2 worker processes.
+While the turns are being published, one ingress process is killed with ``kill -9`` and the
+broker (a private ``nats-server`` or ``redis-server`` keeping its data on disk) is killed and
+started again. Afterwards every published turn committed exactly once, and each thread's turns
+committed in the order they were published.
 
 CI publishes 12 threads x 8 turns; the README's fault command (``IK_FAULT_SCALE`` of 5 or more)
 five times as many per thread.
@@ -20,9 +20,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from intention_kernel.contracts.inbox import RequestState
 from intention_kernel.durability.factory import open_durability
-from tests.ingress.support import ensure_stream, private_nats, publish
+from tests.ingress.support import (
+    add_turns,
+    ensure_stream,
+    private_nats,
+    private_redis,
+    publish,
+)
 from tests.support.postgres import drop_schema, require_postgres, scratch_schema
 
 from .kit import fault_scale
@@ -61,8 +69,9 @@ async def _all_committed(url: str, expected: int) -> dict[str, list[str]]:
         await store.close()
 
 
-def test_turns_from_nats_commit_once_in_publish_order_through_kills_and_a_restart(
-    tmp_path: Path,
+@pytest.mark.parametrize("broker_kind", ["nats", "redis"])
+def test_turns_from_a_broker_commit_once_in_publish_order_through_kills_and_a_restart(
+    tmp_path: Path, broker_kind: str
 ) -> None:
     dsn = require_postgres()
     schema = scratch_schema("ik_ingress")
@@ -80,15 +89,21 @@ def test_turns_from_nats_commit_once_in_publish_order_through_kills_and_a_restar
             [*CLI, "migrate", "--store", url], capture_output=True, text=True, timeout=60
         )
         assert migrated.returncode == 0, migrated.stderr
-        with private_nats(tmp_path) as broker:
-            nats_url = f"nats://127.0.0.1:{broker.port}"
-            asyncio.run(ensure_stream(nats_url))
+        private = private_nats if broker_kind == "nats" else private_redis
+        with private(tmp_path) as broker:
+            if broker_kind == "nats":
+                broker_url = f"nats://127.0.0.1:{broker.port}"
+                asyncio.run(ensure_stream(broker_url))
+                send: Any = publish
+            else:
+                broker_url = f"redis://127.0.0.1:{broker.port}/0"
+                send = add_turns
             for n in range(3):
                 processes.append(
                     _start(
                         [
                             "ingress",
-                            nats_url,
+                            broker_url,
                             "--agent",
                             AGENT,
                             "--store",
@@ -122,13 +137,13 @@ def test_turns_from_nats_commit_once_in_publish_order_through_kills_and_a_restar
             async def stream_with_faults() -> None:
                 kill_at = rng.randrange(len(turns) // 6, len(turns) // 3)
                 restart_at = rng.randrange(len(turns) // 2, 2 * len(turns) // 3)
-                await publish(nats_url, turns[:kill_at], int(PARTITIONS), pause=0.01)
+                await send(broker_url, turns[:kill_at], int(PARTITIONS), pause=0.01)
                 os.kill(processes[0].pid, signal.SIGKILL)  # an ingress, mid-stream
-                await publish(nats_url, turns[kill_at:restart_at], int(PARTITIONS), pause=0.01)
+                await send(broker_url, turns[kill_at:restart_at], int(PARTITIONS), pause=0.01)
                 broker.stop()  # kill -9 of the broker, then back on its port and its store
                 await asyncio.sleep(1.0)
                 broker.start()
-                await publish(nats_url, turns[restart_at:], int(PARTITIONS), pause=0.01)
+                await send(broker_url, turns[restart_at:], int(PARTITIONS), pause=0.01)
 
             asyncio.run(stream_with_faults())
             committed = asyncio.run(_all_committed(url, len(turns)))

@@ -1,5 +1,5 @@
-"""A private NATS server for the ingress tests, and a publisher that routes a thread's turns
-to its partition."""
+"""Private NATS and Redis servers for the ingress tests, and publishers that route a thread's
+turns to its partition."""
 
 from __future__ import annotations
 
@@ -11,9 +11,11 @@ from pathlib import Path
 import nats
 import nats.errors
 import nats.js.errors
+import redis.asyncio as aioredis
+import redis.exceptions
 
 from intention_kernel.ingress import encode_turn, partition_of
-from tests.relay._net import PrivateServer
+from tests.relay._net import PrivateServer, free_port
 
 STREAM = "IK_TURNS"
 SUBJECT = "ik.turns"
@@ -70,3 +72,45 @@ async def publish(
                 await asyncio.sleep(pause)
     finally:
         await nc.close()
+
+
+@contextmanager
+def private_redis(tmp_path: Path) -> Iterator[PrivateServer]:
+    """``redis-server`` on a free port that keeps its data (an append-only file written on
+    every command) under ``tmp_path``: a restart loses nothing. Killed at the end."""
+    port = free_port()
+    data = tmp_path / "redis"
+    data.mkdir(exist_ok=True)
+    argv = ["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--dir", str(data)]
+    server = PrivateServer([*argv, "--appendonly", "yes", "--appendfsync", "always"], port)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+async def add_turns(
+    url: str,
+    turns: list[tuple[str, str, str]],
+    partitions: int,
+    *,
+    pause: float = 0.0,
+) -> None:
+    """Add ``(thread_id, turn_id, text)`` in order to each thread's partition stream,
+    retrying (a repeat is the same turn) while the server is away."""
+    client = aioredis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=1)
+    try:
+        for thread_id, turn_id, text in turns:
+            key = f"ik:turns:{partition_of(thread_id, partitions)}"
+            fields = {"turn_id": turn_id, "body": encode_turn(thread_id, text=text)}
+            while True:
+                try:
+                    await client.xadd(key, fields)  # type: ignore[arg-type]
+                    break
+                except (OSError, redis.exceptions.RedisError):
+                    await asyncio.sleep(0.2)
+            if pause:
+                await asyncio.sleep(pause)
+    finally:
+        await client.aclose()
