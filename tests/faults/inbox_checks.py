@@ -11,6 +11,7 @@ any store.
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 from collections import Counter
 from dataclasses import dataclass
@@ -98,18 +99,28 @@ async def check(
     records: list[dict[str, Any]],
     kills: dict[int, float],
     provider: dict[str, Any],
+    outage: tuple[float, float] | None = None,
 ) -> None:
     """Record every violation in ``report`` and the campaign's figures in its ``figures``.
 
     ``records`` is the workers' log, ``kills`` the killed worker pids with the monotonic time
-    just before each ``kill -9``, ``provider`` the provider process's ``stats()``."""
+    just before each ``kill -9``, ``provider`` the provider process's ``stats()``, ``outage``
+    the monotonic times the store went away and was back (a failover): a write started before
+    it was back and ended after it went away may be uncertain too."""
     state, requests, committed = await store_checks(
-        report, url=url, options=options, db=db, planned=planned, records=records, kills=kills
+        report,
+        url=url,
+        options=options,
+        db=db,
+        planned=planned,
+        records=records,
+        kills=kills,
+        outage=outage,
     )
     calls = Counter(
         {tuple(k.replace("|", "\t").split("\t")): n for k, n in provider["calls"].items()}
     )
-    interrupted = _interrupted(records, kills)
+    interrupted = _interrupted(records, kills) | _in_outage(records, outage)
     _ledger(report, state, planned, requests, committed, calls, interrupted, provider)
     states = Counter(str(r.state) for r in state.requests)
     reclaimed = [r for r in state.requests if r.attempts > 1]
@@ -140,6 +151,7 @@ async def store_checks(
     planned: list[Planned],
     records: list[dict[str, Any]],
     kills: dict[int, float],
+    outage: tuple[float, float] | None = None,
 ) -> tuple[
     StoreState, dict[tuple[str, str], InboxRequest], dict[tuple[str, str], DurableTurnResult]
 ]:
@@ -151,7 +163,7 @@ async def store_checks(
     _settled(report, planned, requests)
     _atomic(report, state, requests, committed)
     _ordered(report, state, planned)
-    _serialized(report, records, kills)
+    _serialized(report, records, kills, outage)
     commits = Counter((r["thread_id"], r["turn_id"]) for r in records if r["ev"] == "committed")
     for (thread, turn), n in commits.items():
         if n > 1:
@@ -228,10 +240,17 @@ def _ordered(report: Report, state: StoreState, planned: list[Planned]) -> None:
             )
 
 
-def _serialized(report: Report, records: list[dict[str, Any]], kills: dict[int, float]) -> None:
+def _serialized(
+    report: Report,
+    records: list[dict[str, Any]],
+    kills: dict[int, float],
+    outage: tuple[float, float] | None = None,
+) -> None:
     """I2: per thread, one lease holder at a time: a holder runs from ``entered`` to its
     ``committing`` (the commit gives the lease back) or, killed, to the kill. A holder that
-    ended otherwise (a typed error before its commit) has no known end and is left out."""
+    ended otherwise (a typed error before its commit) has no known end and is left out. A
+    holder that held through an ``outage`` may have lost its lease meanwhile (it could not
+    renew it): another may enter, and the first one's commit is fenced."""
     entered: dict[tuple[int, str, str], float] = {}
     ended: dict[tuple[int, str, str], float] = {}
     for r in records:
@@ -248,7 +267,7 @@ def _serialized(report: Report, records: list[dict[str, Any]], kills: dict[int, 
         spans.sort()
         _, end, pid, turn = spans[0]
         for start, until, other, next_turn in spans[1:]:
-            if start < end:
+            if start < end and not _lost_in(outage, spans, end, pid, turn):
                 report.add(
                     "I2",
                     f"{thread}: {other} entered {next_turn} {end - start:.3f}s before"
@@ -258,11 +277,44 @@ def _serialized(report: Report, records: list[dict[str, Any]], kills: dict[int, 
                 end, pid, turn = until, other, next_turn
 
 
+def _lost_in(
+    outage: tuple[float, float] | None,
+    spans: list[tuple[float, float, int, str]],
+    end: float,
+    pid: int,
+    turn: str,
+) -> bool:
+    """Whether the hold of ``pid`` on ``turn`` (ending at ``end``) spanned the outage's start."""
+    if outage is None:
+        return False
+    began = next(s for s, e, p, t in spans if (e, p, t) == (end, pid, turn))
+    return began < outage[1] and end > outage[0]
+
+
 def _interrupted(records: list[dict[str, Any]], kills: dict[int, float]) -> set[str]:
     """Keys whose ``run_effect`` a killed worker had started and not ended."""
     started = {(int(r["pid"]), r["key"]) for r in records if r["ev"] == "effect"}
     ended = {(int(r["pid"]), r["key"]) for r in records if r["ev"] == "effected"}
     return {key for pid, key in started - ended if pid in kills}
+
+
+def _in_outage(records: list[dict[str, Any]], outage: tuple[float, float] | None) -> set[str]:
+    """Keys whose ``run_effect`` began before the store was back and ended after it went (a
+    call cancelled then is answered ``uncertain`` by the ledger when its step runs again)."""
+    if outage is None:
+        return set()
+    gone, back = outage
+    began: dict[tuple[Any, Any], float] = {}
+    for r in records:
+        if r["ev"] == "effect":
+            began.setdefault((r["pid"], r["key"]), r["at"])  # the first call
+    return {
+        r["key"]
+        for r in records
+        if r["ev"] == "effected"
+        and r["at"] >= gone
+        and began.get((r["pid"], r["key"]), math.inf) <= back
+    }
 
 
 def _around_commit(

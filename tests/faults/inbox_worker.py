@@ -118,8 +118,8 @@ def build_agent(
     pid = os.getpid()
 
     def note(record: dict[str, Any]) -> None:
-        if log is not None:
-            append(log, {**record, "pid": pid})
+        if log is not None:  # ``at``: the system-wide monotonic clock, as the kills' times
+            append(log, {**record, "pid": pid, "at": time.monotonic()})
 
     async def look(context: CapabilityContext, query: Lookup) -> Completed:
         return Completed(output=Note(text="open"), text=f"Order {query.order} is open.")
