@@ -32,6 +32,7 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from ..contracts.errors import ConfigurationError
+from ._partitions import run_partitions
 from ._stats import IngressStats
 from ._submitting import Delivery, SubmitTurn, pause, submit_message
 
@@ -89,9 +90,9 @@ class NatsIngress:
         try:
             js = nc.jetstream(timeout=5.0)
             await self._ensure(js, stopping)
-            async with asyncio.TaskGroup() as group:
-                for index in range(self.partitions):
-                    group.create_task(self._partition(js, index, stopping))
+            await run_partitions(
+                self.partitions, lambda index, halt: self._partition(js, index, halt), stopping
+            )
         finally:
             with contextlib.suppress(OSError, nats.errors.Error):
                 await nc.close()

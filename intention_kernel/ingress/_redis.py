@@ -25,6 +25,7 @@ import redis.asyncio as aioredis
 import redis.exceptions
 
 from ..contracts.errors import ConfigurationError
+from ._partitions import run_partitions
 from ._stats import IngressStats
 from ._submitting import Delivery, SubmitTurn, pause, submit_message
 
@@ -88,9 +89,11 @@ class RedisIngress:
         )
         renew = client.register_script(_RENEW)
         try:
-            async with asyncio.TaskGroup() as group:
-                for index in range(self.partitions):
-                    group.create_task(self._partition(client, renew, index, stopping))
+            await run_partitions(
+                self.partitions,
+                lambda index, halt: self._partition(client, renew, index, halt),
+                stopping,
+            )
         finally:
             with contextlib.suppress(*_FAILURES):
                 await client.aclose()
@@ -113,8 +116,7 @@ class RedisIngress:
                     await self._read(client, key, lost, stopping)
                 finally:
                     keeper.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await keeper
+                    await asyncio.wait({keeper})  # never swallows this task's own cancellation
                 if lost.is_set():
                     log.warning("partition %s: its lease was lost, stopped reading it", key)
             except _FAILURES as exc:
