@@ -6,30 +6,17 @@ acknowledged, once the first stops renewing its leases."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 import redis.asyncio as aioredis
 
-from intention_kernel.durability import open_durability
 from intention_kernel.ingress import RedisIngress, encode_turn, partition_of
 from intention_kernel.kernel import CompiledAgent
 
-from .agent import echo_agent
 from .support import add_turns, private_redis
 
 PARTITIONS = 2
-
-
-@pytest.fixture
-async def agent(tmp_path: Path) -> AsyncIterator[CompiledAgent]:
-    store = await open_durability(f"sqlite:///{tmp_path / 'ingress.db'}")
-    try:
-        yield echo_agent(store)
-    finally:
-        await store.close()
 
 
 async def _requests(agent: CompiledAgent) -> list[Any]:
