@@ -115,7 +115,8 @@ class NatsIngress:
         return None
 
     async def _ensure(self, js: JetStreamContext, stopping: asyncio.Event) -> None:
-        """The stream and one consumer per partition (kept as they are when they exist)."""
+        """The stream and one consumer per partition (made when missing; an existing consumer
+        is checked, ``_check``)."""
         while True:
             try:
                 try:
@@ -124,15 +125,27 @@ class NatsIngress:
                     await js.add_stream(name=self.stream, subjects=[f"{self.subject}.*"])
                 for index in range(self.partitions):
                     try:
-                        await js.consumer_info(self.stream, self._durable(index))
+                        info = await js.consumer_info(self.stream, self._durable(index))
                     except nats.js.errors.NotFoundError:
-                        await js.add_consumer(self.stream, self._config(index))
+                        info = await js.add_consumer(self.stream, self._config(index))
+                    self._check(info.config, index)
                 return
             except (OSError, TimeoutError, nats.errors.Error) as exc:
                 if stopping.is_set():
                     raise
                 log.warning("NATS stream %s not ready: %s", self.stream, type(exc).__name__)
                 await pause(stopping, self.retry)
+
+    def _check(self, config: ConsumerConfig, index: int) -> None:
+        """An existing consumer that would hand out a partition's messages out of order (or
+        another partition's) is refused, not used."""
+        if config.max_ack_pending != 1 or config.filter_subject != f"{self.subject}.{index}":
+            raise ConfigurationError(
+                "a NATS consumer of the ingress exists with another configuration: it must"
+                " filter its partition's subject with max_ack_pending=1 (delete it to have it"
+                " made again)",
+                context={"setting": "consumer", "consumer": self._durable(index)},
+            )
 
     def _durable(self, index: int) -> str:
         return f"{self.consumer}-{index}"

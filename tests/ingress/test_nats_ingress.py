@@ -191,3 +191,27 @@ def test_partitions_spread_threads_and_never_move_one() -> None:
     assert partition_of("thread-7", 4) == partition_of("thread-7", 4)
     with pytest.raises(ValueError, match="positive"):
         partition_of("t", 0)
+
+
+async def test_a_consumer_that_would_break_order_is_refused(
+    agent: CompiledAgent, nats_url: str
+) -> None:
+    from nats.js.api import AckPolicy, ConsumerConfig
+
+    from intention_kernel.contracts.errors import ConfigurationError
+
+    nc = await nats.connect(nats_url)
+    js = nc.jetstream()
+    await js.add_consumer(
+        STREAM,
+        ConsumerConfig(
+            durable_name="ik-turns-0",
+            filter_subject="ik.turns.0",
+            ack_policy=AckPolicy.EXPLICIT,
+            max_ack_pending=100,
+        ),
+    )
+    await nc.close()
+    with pytest.raises(ConfigurationError) as refused:
+        await _ingress(agent, nats_url).run(asyncio.Event())
+    assert refused.value.context["consumer"] == "ik-turns-0"
