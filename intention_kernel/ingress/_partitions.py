@@ -30,10 +30,16 @@ async def run_partitions(partitions: int, loop: Loop, stopping: asyncio.Event) -
     watcher = asyncio.create_task(relay())
     tasks = [asyncio.create_task(loop(index, halt)) for index in range(partitions)]
     try:
-        await asyncio.gather(*tasks)
+        # Not ``gather``: cancelled, it waits for the loops before this code runs, and a loop
+        # whose cancellation the driver swallowed would only end once ``halt`` is set here.
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
     finally:
         halt.set()
         watcher.cancel()
         for task in tasks:
             task.cancel()
         await asyncio.wait([watcher, *tasks])
+    for task in tasks:
+        error = None if task.cancelled() else task.exception()
+        if error is not None:
+            raise error
