@@ -17,11 +17,10 @@ from starlette.responses import JSONResponse, Response
 
 from ..contracts.errors import ErrorCode
 from ..contracts.ids import validate_thread_id
-from ..contracts.inbox import RequestState
 from ..kernel import CompletionTokens
 from ._problems import HttpProblem
 from ._service import Service, _shutting_down
-from ._submitted import turn_location
+from ._submitted import stored_before, turn_location
 
 __all__ = ["complete_external", "completion_token"]
 
@@ -62,8 +61,6 @@ async def complete_external(service: Service, request: Request) -> Response:
         token=token,
         host_context={"actor": actor, "request_id": request_id},
     )
-    stored_by = (submitted.host_context or {}).get("request_id")
-    replayed = submitted.state is RequestState.DONE or stored_by != request_id
     return JSONResponse(
         {
             "thread_id": thread_id,
@@ -74,6 +71,6 @@ async def complete_external(service: Service, request: Request) -> Response:
         status_code=202,
         headers={
             "Location": turn_location(thread_id, submitted.turn_id),
-            "Idempotent-Replayed": "true" if replayed else "false",
+            "Idempotent-Replayed": "true" if stored_before(submitted, request_id) else "false",
         },
     )

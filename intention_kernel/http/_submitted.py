@@ -22,14 +22,21 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ..contracts.errors import ErrorCode, KernelError
-from ..contracts.inbox import RequestState
+from ..contracts.inbox import InboxRequest, RequestState
 from ..kernel import TurnResult
 from ._follow import follow_result, follow_stream
 from ._problems import HttpProblem
 from ._service import Service
 from ._turns import request_body, turn_body
 
-__all__ = ["answer", "prefers_async", "refuse_if_busy", "submit_turn", "turn_location"]
+__all__ = [
+    "answer",
+    "prefers_async",
+    "refuse_if_busy",
+    "stored_before",
+    "submit_turn",
+    "turn_location",
+]
 
 
 def answer(result: TurnResult, replayed: bool) -> JSONResponse:
@@ -47,6 +54,13 @@ def prefers_async(request: Request) -> bool:
             if name == "respond-async":
                 return True
     return False
+
+
+def stored_before(submitted: InboxRequest, request_id: str) -> bool:
+    """Whether the request was done or stored by an earlier delivery than the one whose
+    host context says ``request_id`` (``Idempotent-Replayed``)."""
+    stored_by = (submitted.host_context or {}).get("request_id")
+    return submitted.state is RequestState.DONE or stored_by != request_id
 
 
 def turn_location(thread_id: str, turn_id: str) -> str:
@@ -104,8 +118,7 @@ async def submit_turn(
             host_context=context,
         )
     done = submitted.state is RequestState.DONE  # a stored request is pending at first
-    stored_by = (submitted.host_context or {}).get("request_id")
-    replayed = done or stored_by != context["request_id"]
+    replayed = stored_before(submitted, context["request_id"])
     if prefers_async(request):
         stored = await service.store.get_turn(thread_id, turn_id) if done else None
         return JSONResponse(

@@ -185,12 +185,11 @@ class RedisIngress:
     ) -> bool:
         """Submit one entry, then acknowledge it (a refused one too); ``False`` when stopping
         left it unacknowledged."""
-        named = fields.get(b"turn_id", fields.get("turn_id"))
-        body = fields.get(b"body", fields.get("body", b""))
+        named = fields.get(b"turn_id")  # the client answers bytes (no decode_responses)
         delivery = await submit_message(
             self._submit,
-            body if isinstance(body, bytes) else str(body).encode(),
-            _text(named) if named is not None else _text(entry_id),
+            fields.get(b"body", b""),
+            _text(named if named is not None else entry_id),
             {"broker": "redis", "stream": key, "id": _text(entry_id)},
             self.stats,
             stopping,

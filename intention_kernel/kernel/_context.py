@@ -31,7 +31,6 @@ from ..contracts.errors import (
     UsageError,
 )
 from ..contracts.events import EventCategory, KernelEvent
-from ..contracts.ids import validate_id
 from ..contracts.receipts import (
     EffectAuthority,
     EffectExecution,
@@ -42,7 +41,7 @@ from ..contracts.receipts import (
 from ..telemetry import effect_span
 from ._completion import CompletionTokens
 from ._events import EventRecorder
-from ._expiry import MAX_EXTERNAL_KEY
+from ._expiry import external_key
 from ._facts import parse_fact_ref
 from ._keys import provider_idempotency_key
 from ._limits import stored_within
@@ -291,14 +290,7 @@ class CapabilityContext(Generic[Deps]):
                 "completion tokens need Kernel(completion_secret=...)",
                 context={"setting": "completion_secret"},
             )
-        checked = validate_id(key, "external key", max_length=MAX_EXTERNAL_KEY)
-        if "@" in checked:
-            raise InvalidIdError(
-                "an external key has no '@'",
-                code=ErrorCode.INVALID_ID,
-                context={"field": "key", "reason": "at_sign"},
-            )
-        return self._completion.sign(self.turn.thread_id, checked)
+        return self._completion.sign(self.turn.thread_id, external_key(key))
 
     def fact(self, ref: str, key: str | None = None) -> FactRecord | None:
         """The visible fact ``name@version`` (optionally with its key), if any."""

@@ -17,6 +17,8 @@ from datetime import datetime, timedelta
 from pydantic import JsonValue
 
 from ..contracts.checkpoint import Interaction, KernelCheckpoint
+from ..contracts.errors import ErrorCode, InvalidIdError
+from ..contracts.ids import validate_id
 from ..contracts.inbox import Timer
 
 __all__ = [
@@ -30,6 +32,7 @@ __all__ = [
     "expired",
     "expiry_seconds",
     "expiry_timer",
+    "external_key",
     "is_expiry",
     "is_external",
     "timers_of",
@@ -48,6 +51,19 @@ EXTERNAL_TIMEOUT = "external_timeout"
 """The selection of a parked step's timer turn: ``{"external_timeout": <key>}``."""
 MAX_EXTERNAL_KEY = 200
 """An external key's longest length (turn ids ``<key>@completed`` must stay ids)."""
+
+
+def external_key(key: object) -> str:
+    """``key`` if it can name a parked step's completion: an id of at most
+    ``MAX_EXTERNAL_KEY`` characters without ``@`` (its turn ids append ``@completed``)."""
+    checked = validate_id(key, "external key", max_length=MAX_EXTERNAL_KEY)
+    if "@" in checked:
+        raise InvalidIdError(
+            "an external key has no '@'",
+            code=ErrorCode.INVALID_ID,
+            context={"field": "key", "reason": "at_sign"},
+        )
+    return checked
 
 
 def expiry_seconds(value: object) -> float | None:

@@ -16,11 +16,10 @@ from pydantic import BaseModel, JsonValue, ValidationError
 from ...contracts import codec
 from ...contracts.checkpoint import Evidence
 from ...contracts.errors import EffectUncertainError, KernelError, SerializationError
-from ...contracts.ids import validate_id
 from ...contracts.receipts import EffectReceipt
 from .. import consent
 from .._context import CapabilityContext, uncertain_copy
-from .._expiry import EXTERNAL_KEY, MAX_EXTERNAL_KEY, expiry_seconds
+from .._expiry import EXTERNAL_KEY, expiry_seconds, external_key
 from .._facts import FactRef, parse_fact_ref
 from .._limits import stored_within
 from .._results import (
@@ -209,14 +208,14 @@ _BAD_WAIT = "the capability's external wait has an invalid key, timeout or paylo
 def _parked(step: PlannedStep, result: AwaitingExternal, context: CapabilityContext) -> StepOutcome:
     """``AwaitingExternal``: the step waits for ``complete_external`` (``_pipeline.external``)."""
     try:
-        key = validate_id(result.key, "external key", max_length=MAX_EXTERNAL_KEY)
+        key = external_key(result.key)
         timeout = expiry_seconds(result.timeout)
         payload = codec.round_trip(
             dict(result.payload), limits=IN_STATE, what=f"external payload of {step.capability.id}"
         )
     except (KernelError, ValueError, TypeError, RecursionError):
         return _failed(step, _BAD_WAIT)
-    if timeout is None or "@" in key:
+    if timeout is None:
         return _failed(step, _BAD_WAIT)
     return StepOutcome(
         step=step,
