@@ -45,6 +45,17 @@ _URL_PASSWORD = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*://[^:/@\s]*):[^
 _PARAMETER_PASSWORD = re.compile(
     r"(?P<head>(?:^|[?&;\s])(?:password|passwd|sslpassword|secret|token)=)[^&;\s]*", re.I
 )
+# The same two inside a percent-encoded URL (a ``read_url=`` parameter): ``%3A`` is ``:``,
+# ``%40`` is ``@``, ``%2F`` is ``/``, ``%3F`` is ``?``, ``%26`` is ``&`` and ``%3D`` is ``=``.
+_ENCODED_URL_PASSWORD = re.compile(
+    r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*%3A%2F%2F(?:(?!%3A|%40|%2F)[^/?&#\s])*)%3A"
+    r"(?:(?!%40|%2F)[^/?&#\s])*%40",
+    re.I,
+)
+_ENCODED_PARAMETER_PASSWORD = re.compile(
+    r"(?P<head>(?:%3F|%26)(?:password|passwd|sslpassword|secret|token)%3D)(?:(?!%26)[^&;\s])*",
+    re.I,
+)
 # libpq's keyword/value form (``host=db user=app``): not a file name.
 _KEYWORD_DSN = re.compile(r"\s*[a-z_]+=\S*(?:\s+[a-z_]+=\S*)*\s*")
 _LIBPQ_KEYWORDS = frozenset(
@@ -56,7 +67,9 @@ def redact(text: str) -> str:
     """``text`` with every URL password (and ``password=`` parameter) shown as ``***``: for
     messages and log lines, which end up in tickets and terminals."""
     text = _URL_PASSWORD.sub(r"\g<head>:***@", text)
-    return _PARAMETER_PASSWORD.sub(r"\g<head>***", text)
+    text = _PARAMETER_PASSWORD.sub(r"\g<head>***", text)
+    text = _ENCODED_URL_PASSWORD.sub(r"\g<head>%3A***%40", text)
+    return _ENCODED_PARAMETER_PASSWORD.sub(r"\g<head>***", text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +85,9 @@ class StoreLocation:
     so it is kept out of ``repr``)."""
     options: Mapping[str, Any] = field(default_factory=dict)
     """Adapter options from the URL's query (``schema``, ``listen``, ...)."""
+    read_dsn: str | None = field(default=None, repr=False)
+    """PostgreSQL: the ``read_url`` parameter, the URL of a hot standby (or any read-only
+    copy) for replays and listings, as the driver gets it (may hold a password)."""
 
 
 def _seconds(name: str, text: str) -> float:
@@ -103,6 +119,33 @@ def _text(name: str, text: str) -> str:
     return text
 
 
+def _read_url(name: str, text: str) -> str:
+    """A ``postgresql://`` URL with the driver's parameters only: the schema and the
+    timeouts are the store URL's, one setting for both pools."""
+    try:
+        parts = urlsplit(text.strip())
+    except ValueError:
+        parts = urlsplit("")
+    if parts.scheme.lower() not in ("postgresql", "postgres"):
+        raise ConfigurationError(
+            f"the URL parameter {name} must be a postgresql:// URL (percent-encoded)",
+            context={"setting": name},
+        )
+    options, rest = split_query(parts.query, POSTGRESQL_PARAMETERS)
+    if options:
+        raise ConfigurationError(
+            f"{name} takes the driver's parameters only; {', '.join(sorted(options))}"
+            " comes from the store URL itself",
+            context={"setting": name},
+        )
+    try:
+        location = locate_postgresql(parts, {}, rest)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{name}: {exc.message}", context={"setting": name}) from None
+    assert location.dsn is not None
+    return location.dsn
+
+
 Parse = Callable[[str, str], Any]
 """Reads one of our URL parameters (its name, its unquoted text) into an adapter option."""
 
@@ -113,6 +156,7 @@ POSTGRESQL_PARAMETERS: Mapping[str, Parse] = {
     "listen": _flag,
     "lock_timeout": _seconds,
     "statement_timeout": _seconds,
+    "read_url": _read_url,
 }
 
 
@@ -164,7 +208,8 @@ def locate_postgresql(
     query = f"?{'&'.join(rest)}" if rest else ""
     fragment = f"#{parts.fragment}" if parts.fragment else ""
     dsn = f"postgresql://{parts.netloc}{parts.path}{query}{fragment}"
-    return StoreLocation("postgresql", dsn=dsn, options=options)
+    read = options.pop("read_url", None)  # kept out of ``options``, which ``repr`` shows
+    return StoreLocation("postgresql", dsn=dsn, options=options, read_dsn=read)
 
 
 def parse_location(location: str | os.PathLike[str]) -> Path:

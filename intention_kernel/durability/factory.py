@@ -12,9 +12,11 @@ the relay go through here too, so a URL means the same thing everywhere.
 ==========================  ================================================================
 
 Query parameters that are ours (``schema``, ``listen``, ``lock_timeout``, ``statement_timeout``
-on PostgreSQL; ``lock_timeout``, ``busy_timeout`` on SQLite; ``lock_timeout`` on memory) become
-adapter options and are removed from the URL: asyncpg would send an unknown parameter to the
-server as a setting. Other PostgreSQL parameters (``sslmode``, ...) go to the driver as given.
+and ``read_url`` on PostgreSQL; ``lock_timeout``, ``busy_timeout`` on SQLite; ``lock_timeout`` on
+memory) become adapter options and are removed from the URL: asyncpg would send an unknown
+parameter to the server as a setting. Other PostgreSQL parameters (``sslmode``, ...) go to the
+driver as given. ``read_url`` is the percent-encoded URL of a hot standby that replays and
+listings read from (``docs/scale-out.md``); it takes the driver's parameters only.
 ``import intention_kernel`` never loads a database driver; a missing extra gives an install hint.
 
 Every mistake in a URL or an option is a ``ConfigurationError`` naming the setting (never a

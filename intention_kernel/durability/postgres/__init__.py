@@ -30,7 +30,15 @@ __all__ = [
 async def from_location(location: StoreLocation, settings: Mapping[str, Any]) -> PostgresDurability:
     """Open the store a ``postgresql://`` URL names; every setting is checked before a pool
     exists, so a bad one leaks nothing. ``settings`` are all its options, the URL's
-    (``location.options``) with the caller's, as ``open_durability`` merges them."""
+    (``location.options``) with the caller's, as ``open_durability`` merges them; the URL's
+    ``read_url`` becomes the ``read`` option."""
+    if location.read_dsn is not None:
+        if "read" in settings:
+            raise ConfigurationError(
+                "read is given both in the store URL (read_url) and as an argument",
+                context={"setting": "read"},
+            )
+        settings = {**settings, "read": location.read_dsn}
     check_options(settings, location.backend, PostgresDurability.open)
     _check_pool_sizes(settings)
     if "schema" in settings:

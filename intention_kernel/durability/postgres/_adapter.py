@@ -3,6 +3,7 @@ machines. Built on asyncpg; every statement is one short transaction (see ``_sql
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import Counter
 from collections.abc import Callable, Coroutine, Generator
@@ -11,7 +12,7 @@ from typing import Any
 import asyncpg
 
 from ...contracts.codec import DEFAULT_LIMITS, JsonLimits
-from ...contracts.errors import ConfigurationError
+from ...contracts.errors import ConfigurationError, ErrorCode, StoreSchemaError
 from ..store import DurableStore, check_settings
 from . import _schema
 from ._connection import PgConnection
@@ -70,7 +71,8 @@ class PostgresDurability(DurableStore[PgLease]):
     Open with ``PostgresDurability.open("postgresql://...")`` or ``open(pool)``; create the
     tables with ``setup()`` (or ``open(..., setup=True)``); ``open`` verifies the schema. It is
     a ``DurableStore`` over ``PostgresTurns``, ``PostgresHistory``, ``PostgresOutbox``,
-    ``PostgresInspection`` and ``PostgresInbox``, sharing one ``PgConnection``.
+    ``PostgresInspection`` and ``PostgresInbox``, sharing one ``PgConnection``, and a second one
+    for reads when opened with ``read=`` (a hot standby: see ``_replica``).
     """
 
     telemetry_system: str | None = "postgresql"  # its OpenTelemetry db.system.name
@@ -87,6 +89,8 @@ class PostgresDurability(DurableStore[PgLease]):
         json_limits: JsonLimits = DEFAULT_LIMITS,
         statement_timeout: float | None = None,
         head_cache_bytes: int = HEAD_CACHE_BYTES,
+        read_pool: Any = None,
+        owns_read_pool: bool = False,
     ) -> None:
         lock_timeout, json_limits = check_settings(lock_timeout, json_limits)
         if (
@@ -120,9 +124,20 @@ class PostgresDurability(DurableStore[PgLease]):
             pool, schema=self.schema, statement_timeout=self.statement_timeout, owns_pool=owns_pool
         )
         """The pool, lanes and statement budget the roles share."""
+        self.reads = (
+            self.connection
+            if read_pool is None
+            else PgConnection(
+                read_pool,
+                schema=self.schema,
+                statement_timeout=self.statement_timeout,
+                owns_pool=owns_read_pool,
+            )
+        )
+        """Where replays and listings read: the read pool, else the primary's connection."""
         self.head_texts = HeadTexts(head_cache_bytes)
         """The committed-text cache of the turns and history roles."""
-        db, heads = self.connection, self.head_texts
+        db, reads, heads = self.connection, self.reads, self.head_texts
         sql = Statements.render(self.schema)
         outbox_sql, inbox_sql = OutboxStatements(self.schema), InboxStatements(self.schema)
         turns = PostgresTurns(
@@ -132,13 +147,14 @@ class PostgresDurability(DurableStore[PgLease]):
             lease_settings=self.lease_settings,
             lock_timeout=lock_timeout,
             json_limits=json_limits,
+            reads=reads,
         )
         super().__init__(
             turns,
-            history=PostgresHistory(db, sql, heads, json_limits=json_limits),
+            history=PostgresHistory(db, sql, heads, json_limits=json_limits, reads=reads),
             outbox=PostgresOutbox(db, outbox_sql),
-            inspection=PostgresInspection(db),
-            inbox=PostgresInbox(db, inbox_sql, turns.handed),
+            inspection=PostgresInspection(db, reads),
+            inbox=PostgresInbox(db, inbox_sql, turns.handed, reads),
             flow=PostgresFlow(db),
             schedules=PostgresSchedules(db),
             lock_timeout=lock_timeout,
@@ -166,6 +182,7 @@ class PostgresDurability(DurableStore[PgLease]):
         statement_cache_size: int = 100,
         application_name: str = APPLICATION_NAME,
         listen: bool = False,
+        read: str | Any | None = None,
     ) -> _Opening:
         """Open from a ``postgresql://`` URL (owning a new pool) or an existing asyncpg pool.
 
@@ -176,26 +193,37 @@ class PostgresDurability(DurableStore[PgLease]):
         ``set_outbox_notify``, ``set_inbox_notify``); it is refused behind a transaction-mode
         pooler.
         ``statement_timeout`` (default ``lock_timeout``) bounds every statement of a turn.
+        ``read`` (a ``postgresql://`` URL, owning a pool of the same size, or a pool) is a hot
+        standby's: a committed turn replays from it without a statement on the primary, and
+        listings read it (see ``docs/scale-out.md``); its schema is verified at opening too.
         """
 
+        async def pool_of(url: str) -> Any:
+            with translated():
+                return await asyncpg.create_pool(
+                    url,
+                    min_size=min_size,
+                    max_size=max_size,
+                    statement_cache_size=statement_cache_size,
+                    server_settings={"application_name": application_name},
+                    reset=_keep_session,
+                )
+
         async def factory() -> PostgresDurability:
-            owns = isinstance(target, str)
-            if owns:
-                if not target.startswith(("postgresql://", "postgres://")):
+            owns, owns_read = isinstance(target, str), isinstance(read, str)
+            for url, setting in ((target, "url"), (read, "read")):
+                if isinstance(url, str) and not url.startswith(("postgresql://", "postgres://")):
                     raise ConfigurationError(
-                        "the URL must start with postgresql://", context={"setting": "url"}
+                        f"the {setting} URL must start with postgresql://",
+                        context={"setting": setting},
                     )
-                with translated():
-                    pool = await asyncpg.create_pool(
-                        target,
-                        min_size=min_size,
-                        max_size=max_size,
-                        statement_cache_size=statement_cache_size,
-                        server_settings={"application_name": application_name},
-                        reset=_keep_session,
-                    )
-            else:
-                pool = target
+            pool: Any = await pool_of(target) if owns else target
+            try:
+                read_pool: Any = await pool_of(read) if isinstance(read, str) else read
+            except BaseException:
+                if owns:
+                    await pool.close()
+                raise
             try:
                 store = cls(
                     pool,
@@ -207,15 +235,21 @@ class PostgresDurability(DurableStore[PgLease]):
                     json_limits=json_limits,
                     statement_timeout=statement_timeout,
                     head_cache_bytes=head_cache_bytes,
+                    read_pool=read_pool,
+                    owns_read_pool=owns_read,
                 )
             except BaseException:
-                if owns:  # refused settings must not leak the pool we just opened
+                # Refused settings must not leak the pools we just opened.
+                if owns:
                     await pool.close()
+                if owns_read:
+                    await read_pool.close()
                 raise
             try:
                 if setup:
                     await store.setup()
                 await store.verify()
+                await store._verify_reads(waited=setup)
                 if listen:
                     if not owns:
                         raise ConfigurationError(
@@ -253,6 +287,27 @@ class PostgresDurability(DurableStore[PgLease]):
                 self.server_synchronous_commit,
             )
         return version
+
+    async def _verify_reads(self, *, waited: bool) -> None:
+        """The read pool has the schema this code reads. Just after ``setup`` a standby may
+        not have replayed the migration yet: it is given ``statement_timeout`` to."""
+        if self.reads is self.connection:
+            return
+        deadline = asyncio.get_running_loop().time() + (self.statement_timeout if waited else 0)
+        while True:
+            try:
+                with translated():
+                    async with self.reads.lanes.connection() as conn:
+                        await _schema.verify(conn, self.schema)
+                return
+            except StoreSchemaError as exc:
+                if exc.code is not ErrorCode.STORE_SCHEMA_MISSING:
+                    raise
+                if asyncio.get_running_loop().time() >= deadline:
+                    raise StoreSchemaError(
+                        f"the read pool: {exc.message}", code=exc.code, context=exc.context
+                    ) from None
+            await asyncio.sleep(0.05)
 
     @property
     def pool(self) -> Any:
@@ -314,7 +369,12 @@ class PostgresDurability(DurableStore[PgLease]):
         await self._notifier.wait_for_events(max_wait)
 
     async def close(self) -> None:
-        """Stop listening, then release the pool; later calls raise ``SCOPE_CLOSED``."""
-        if not self.closed:
-            await self._notifier.stop_listener()
-        await super().close()
+        """Stop listening, then release the pools; later calls raise ``SCOPE_CLOSED``."""
+        if self.closed:
+            return
+        await self._notifier.stop_listener()
+        try:
+            await super().close()
+        finally:
+            if self.reads is not self.connection:
+                await self.reads.close()

@@ -50,6 +50,7 @@ off); the committed turn is the truth.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 import asyncpg
 
@@ -66,6 +67,7 @@ from .._inbox_rows import CORRUPT_REQUEST, decode_progress, decode_request, enco
 from ._connection import PgConnection
 from ._handoff import HandedLeases
 from ._inbox_sql import InboxStatements
+from ._replica import settled_first
 
 __all__ = ["PostgresInbox"]
 
@@ -75,10 +77,19 @@ _ATTEMPTS = 5
 
 class PostgresInbox:
     """``InboxStorage`` over the ``inbox`` and ``progress`` tables (the facade has checked the
-    arguments)."""
+    arguments). With a read pool (``_replica``), a finished request and a committed turn's
+    progress are read there first (a watch of a committed turn); the rest on the primary,
+    listings too: a service decides on them (a thread busy with a pending request)."""
 
-    def __init__(self, db: PgConnection, sql: InboxStatements, handed: HandedLeases) -> None:
+    def __init__(
+        self,
+        db: PgConnection,
+        sql: InboxStatements,
+        handed: HandedLeases,
+        reads: PgConnection | None = None,
+    ) -> None:
         self._db = db
+        self._reads = db if reads is None else reads
         self._inbox_sql = sql
         self._handed = handed
 
@@ -165,6 +176,20 @@ class PostgresInbox:
         return bool(row["committed"])
 
     async def get(self, thread_id: str, turn_id: str) -> InboxRequest | None:
+        if self._reads is not self._db:
+            row = await settled_first(
+                self._reads,
+                self._db,
+                lambda db: db.fetchrow(
+                    self._inbox_sql.get if db is self._db else self._inbox_sql.get_settled,
+                    thread_id,
+                    turn_id,
+                ),
+                _settled_request,
+            )
+            if row is None or row["position"] is None:
+                return None
+            return decode_request(row)
         row = await self._db.fetchrow(self._inbox_sql.get, thread_id, turn_id)
         return None if row is None else decode_request(row)
 
@@ -253,11 +278,38 @@ class PostgresInbox:
     async def read_progress(
         self, thread_id: str, turn_id: str, after: int, limit: int
     ) -> list[ProgressEntry]:
-        rows = await self._db.fetch(self._inbox_sql.read_progress, thread_id, turn_id, after, limit)
-        return [decode_progress(r["seq"], r["item"]) for r in rows]
+        if self._reads is not self._db:
+            rows = await settled_first(
+                self._reads,
+                self._db,
+                lambda db: db.fetch(
+                    self._inbox_sql.read_progress
+                    if db is self._db
+                    else self._inbox_sql.read_progress_settled,
+                    thread_id,
+                    turn_id,
+                    after,
+                    limit,
+                ),
+                lambda found: bool(found) and bool(found[0]["committed"]),
+            )
+        else:
+            rows = await self._db.fetch(
+                self._inbox_sql.read_progress, thread_id, turn_id, after, limit
+            )
+        return [decode_progress(r["seq"], r["item"]) for r in rows if r["seq"] is not None]
 
     async def prune_progress(self, older_than: datetime) -> int:
         return await self._db.execute_status(self._inbox_sql.prune_progress, older_than)
+
+
+def _settled_request(row: Any) -> bool:
+    """A read pool's answer holds: the request is done, or the turn committed without one."""
+    if row is None:  # the primary's plain read (not asked here) or no answer
+        return False
+    if row["position"] is None:
+        return bool(row["committed"])
+    return bool(row["state"] == str(RequestState.DONE))
 
 
 def _busy(message: str, request: NewRequest) -> DurabilityError:

@@ -48,6 +48,10 @@ class InboxStatements:
     def __init__(self, schema: str) -> None:
         q = f'"{schema}"'
         s, cols = f"{q}.inbox", _columns()
+        committed = (
+            f"SELECT EXISTS (SELECT 1 FROM {q}.turns WHERE thread_id = $1 AND turn_id = $2)"
+            " AS committed"
+        )
         # The thread's lock, as ``inbox_claim`` takes it (same keys: the schema's quoted name,
         # then the thread id). It returns void, which is not NULL.
         lock = f"pg_advisory_xact_lock(hashtext('{q}'), hashtext({{}})) IS NOT NULL"
@@ -146,6 +150,10 @@ WITH committed AS (
 )
 SELECT EXISTS (SELECT 1 FROM committed) AS committed, (SELECT count(*) FROM marked) AS marked"""
         self.get = f"SELECT {cols} FROM {s} WHERE thread_id = $1 AND turn_id = $2"
+        # On a read pool (``_replica``): the request (NULL columns for none) and whether this
+        # server has the turn committed; settled there when done, or committed without one.
+        self.get_settled = f"""
+SELECT r.*, c.committed FROM ({committed}) c LEFT JOIN LATERAL ({self.get}) r ON true"""
         # $1 after position, $2 limit, then the filters given: state, thread (in that order).
         self.list_requests = {
             (by_state, by_thread): f"SELECT {cols} FROM {s} WHERE position > $1"
@@ -197,6 +205,11 @@ SELECT max(seq) AS seq FROM written"""
         self.read_progress = f"""
 SELECT seq, item FROM {p} WHERE thread_id = $1 AND turn_id = $2 AND seq > $3
 ORDER BY seq LIMIT $4"""
+        # On a read pool: the entries (one NULL row for none) and whether this server has the
+        # turn committed, which writes the log's last entries: its log is then whole there.
+        self.read_progress_settled = f"""
+SELECT g.seq, g.item, c.committed FROM ({committed}) c
+LEFT JOIN LATERAL ({self.read_progress}) g ON true ORDER BY g.seq"""
         # The newest entry of a turn that has not committed stays: its ``seq`` goes on from
         # there, so a watcher's cursor never points past a renumbered log.
         self.prune_progress = f"""

@@ -138,10 +138,13 @@ async def schema_info_of(conn: Any, schema: str) -> SchemaInfo:
 
 
 class PostgresInspection:
-    """``InspectionStorage`` on PostgreSQL (the facade has checked the arguments)."""
+    """``InspectionStorage`` on PostgreSQL (the facade has checked the arguments). Listings and
+    counts read ``reads`` (a hot standby's pool, may lag); the schema version (what a migration
+    just wrote), the lease (live state) and retention, the primary."""
 
-    def __init__(self, db: PgConnection) -> None:
+    def __init__(self, db: PgConnection, reads: PgConnection | None = None) -> None:
         self._db = db
+        self._reads = db if reads is None else reads
         self.schema = db.schema
 
     @property
@@ -159,7 +162,7 @@ class PostgresInspection:
     async def list_threads(self, query: ThreadQuery) -> list[ThreadSummary]:
         s = self._s
         with translated():
-            async with self._db.lanes.connection() as conn:
+            async with self._reads.lanes.connection() as conn:
                 rows = await conn.fetch(
                     f"""
                 WITH chosen AS ({_chosen(s, query)})
@@ -207,7 +210,7 @@ class PostgresInspection:
     async def status(self) -> StoreStatus:
         s = self._s
         with translated():
-            async with self._db.lanes.connection() as conn:
+            async with self._reads.lanes.connection() as conn:
                 info = await schema_info_of(conn, self.schema)
                 row = await conn.fetchrow(
                     f"""SELECT

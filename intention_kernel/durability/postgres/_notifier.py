@@ -25,9 +25,10 @@ from typing import Any
 
 import asyncpg
 
-from ...contracts.errors import ConfigurationError, ErrorCode
+from ...contracts.errors import ConfigurationError, DurabilityError, ErrorCode
 from .._inbox import Inbox
 from ._connection import PgConnection
+from ._errors import translated
 from ._inbox_sql import INBOX_NOTIFY_KINDS, InboxStatements
 from ._outbox_sql import OutboxStatements, notify_channel
 
@@ -92,7 +93,20 @@ class PostgresNotifier:
         """Open the dedicated LISTEN connection and check that a notification comes back; a
         transaction-mode pooler would lose it, so such a setup is refused at start."""
         self._listen_dsn, self._events = dsn, asyncio.Event()
-        if not await self._open_listener():
+        try:
+            with translated():
+                opened = await self._open_listener()
+        except DurabilityError as exc:
+            self._listen_dsn = None
+            if exc.code is not ErrorCode.STORE_READ_ONLY:
+                raise
+            raise DurabilityError(
+                "LISTEN needs the primary (this server is a standby): open without"
+                " listen=True; workers and watchers then poll",
+                code=ErrorCode.STORE_READ_ONLY,
+                context={"setting": "listen"},
+            ) from exc
+        if not opened:
             self._listen_dsn = None
             raise ConfigurationError(
                 "LISTEN does not work through this connection (a transaction-mode pooler such"

@@ -73,7 +73,8 @@ async def last_reconciliation(
 
 class PostgresHistory:
     """``HistoryStorage`` on PostgreSQL: plain reads (no lease, no transaction), and the
-    reconcile transaction."""
+    reconcile transaction. Listings read ``reads`` (a hot standby's pool, may lag: see
+    ``_replica``); the checkpoint a thread goes on from and the reconcile, the primary."""
 
     def __init__(
         self,
@@ -83,8 +84,10 @@ class PostgresHistory:
         *,
         json_limits: JsonLimits,
         clock: Callable[[], datetime] = utc_now,
+        reads: PgConnection | None = None,
     ) -> None:
         self._db = db
+        self._reads = db if reads is None else reads
         self._sql = sql
         self._heads = heads
         self.schema = db.schema
@@ -98,7 +101,7 @@ class PostgresHistory:
     async def list_turns(
         self, thread_id: str, after_revision: int, limit: int
     ) -> list[DurableTurnResult]:
-        rows = await self._db.fetch(
+        rows = await self._reads.fetch(
             f'SELECT turn_id, result FROM "{self.schema}".turns'
             " WHERE thread_id = $1 AND revision > $2 AND result <> $4"
             " ORDER BY revision LIMIT $3",
@@ -126,7 +129,7 @@ class PostgresHistory:
             where.append(f"thread_id = ${len(args)}")
         args.append(limit)
         clause = f"WHERE {' AND '.join(where)}" if where else ""
-        rows = await self._db.fetch(
+        rows = await self._reads.fetch(
             f'SELECT {_RECEIPT_COLUMNS} FROM "{self.schema}".receipts {clause}'
             f" ORDER BY updated_at, id LIMIT ${len(args)}",
             *args,
@@ -142,7 +145,7 @@ class PostgresHistory:
             only = " AND r.thread_id = $2"
         # Two ordered, limited branches: the first keeps to the partial index on 'uncertain';
         # the second finds the prepared receipts whose turn is not running any more.
-        rows = await self._db.fetch(
+        rows = await self._reads.fetch(
             f"""SELECT {_RECEIPT_COLUMNS} FROM (
                 (SELECT {_RECEIPT_COLUMNS} FROM {s}.receipts r
                   WHERE r.status = 'uncertain'{only} ORDER BY r.updated_at, r.id LIMIT $1)
@@ -167,7 +170,7 @@ class PostgresHistory:
             args.append(idempotency_key)
             where.append(f"idempotency_key = ${len(args)}")
         clause = f"WHERE {' AND '.join(where)}" if where else ""
-        rows = await self._db.fetch(
+        rows = await self._reads.fetch(
             f'SELECT record FROM "{self.schema}".reconciliations {clause} ORDER BY position',
             *args,
         )
@@ -190,7 +193,7 @@ class PostgresHistory:
             args.append(turn_id)
             where.append(f"turn_id = ${len(args)}")
         args.append(limit)
-        rows = await self._db.fetch(
+        rows = await self._reads.fetch(
             f'SELECT {EVENT_COLUMNS} FROM "{self.schema}".outbox'
             f" WHERE {' AND '.join(where)} ORDER BY position LIMIT ${len(args)}",
             *args,

@@ -39,6 +39,7 @@ from ._handoff import HandedLeases
 from ._heads import HeadTexts
 from ._lease import Heartbeat, LeaseSettings, PgLease, new_owner
 from ._renewals import Renewals
+from ._replica import settled_first
 from ._sql import Statements
 
 __all__ = ["PostgresTurns"]
@@ -51,6 +52,8 @@ class PostgresTurns:
 
     ``sql`` are the statements rendered for the schema; only a test builds them without
     fencing (``Statements.render(schema, fencing=False)``) to show the fault tests catch it.
+    ``reads`` is the read pool (a hot standby) a committed turn is replayed from (``_replica``);
+    by default the primary's.
     """
 
     def __init__(
@@ -62,8 +65,10 @@ class PostgresTurns:
         lease_settings: LeaseSettings,
         lock_timeout: float,
         json_limits: JsonLimits,
+        reads: PgConnection | None = None,
     ) -> None:
         self._db = db
+        self._reads = db if reads is None else reads
         self._sql = sql
         self._heads = heads
         self.lease_settings = lease_settings
@@ -157,10 +162,16 @@ class PostgresTurns:
     async def open_turn(self, thread_id: str, turn_id: str) -> AsyncIterator[OpenedTurn[PgLease]]:
         """One statement: the committed turn (replay, no lease taken) or the lease with the
         checkpoint; a ``load`` statement only when that checkpoint may be stale. None for a
-        turn whose submit took the lease for it (``handed``)."""
-        acquired = self.handed.take(thread_id, turn_id) or await self._try_acquire(
-            thread_id, turn_id, skip_committed=True
-        )
+        turn whose submit took the lease for it (``handed``). With a read pool, a turn it has
+        committed replays from there alone; one it has not goes the primary's way."""
+        acquired = self.handed.take(thread_id, turn_id)
+        if acquired is None and self._reads is not self._db:
+            replayed = await self._replayed(thread_id, turn_id)
+            if replayed is not None:
+                yield OpenedTurn(replayed, None)
+                return
+        if acquired is None:
+            acquired = await self._try_acquire(thread_id, turn_id, skip_committed=True)
         prior = self._stored_turn(acquired.row, thread_id, turn_id)
         if prior is not None:
             yield OpenedTurn(prior, None)
@@ -244,6 +255,18 @@ class PostgresTurns:
             )
         except Exception as exc:
             log.debug("lease release failed: %r", exc)
+
+    async def _replayed(self, thread_id: str, turn_id: str) -> StoredTurn | None:
+        """The committed turn as the read pool has it (``None``: not there, or the pool did
+        not answer: the primary decides)."""
+        try:
+            row = await self._reads.fetchrow(self._sql.replay, thread_id, turn_id)
+        except DurabilityError as exc:
+            if not exc.retryable:
+                raise
+            log.debug("the read pool did not answer (%s); opening on the primary", exc.code)
+            return None
+        return self._stored_turn(row, thread_id, turn_id)
 
     def _stored_turn(self, row: Any, thread_id: str, turn_id: str) -> StoredTurn | None:
         if row is None or row["prior_result"] is None:
@@ -345,7 +368,14 @@ class PostgresTurns:
         await self._effects.finish_effect(lease, receipt, value_json)
 
     async def read_turn(self, thread_id: str, turn_id: str) -> StoredTurn | None:
-        row = await self._db.fetchrow(self._sql.find_turn, thread_id, turn_id)
+        """The committed turn, from the read pool when it has it (a committed turn never
+        changes), else from the primary."""
+        row = await settled_first(
+            self._reads,
+            self._db,
+            lambda db: db.fetchrow(self._sql.find_turn, thread_id, turn_id),
+            lambda found: found is not None,
+        )
         if row is None:
             return None
         result = decode_turn(row["result"], thread_id=thread_id, turn_id=turn_id)
