@@ -20,11 +20,16 @@ from typing import Any
 from urllib.parse import quote
 
 import asyncpg
+import httpx
 import pytest
+from starlette.applications import Starlette
+from starlette.routing import Mount
 
 from intention_kernel.contracts.errors import DurabilityError, ErrorCode
 from intention_kernel.durability.factory import open_durability
 from intention_kernel.durability.postgres import PostgresDurability
+from intention_kernel.http import BearerTokens, hash_token
+from intention_kernel.http.inspector import create_inspector
 from intention_kernel.kernel import TurnCompleted
 from tests.cli.support import cli
 from tests.kernel.support import World, make_world
@@ -33,6 +38,7 @@ from tests.support.pg_cluster import Link, Node, primary_and_standby
 LOOKUP = [{"capability": "orders.lookup", "input": {"order_id": "42"}}]
 ASK = "where is 42"
 TURNS = 5
+TOKEN = "replica-operator-token-01"
 
 
 def node_dsn(node: Node) -> str:
@@ -153,7 +159,7 @@ async def test_committed_turns_replay_from_the_standby_with_no_statement_on_the_
 async def test_a_lagging_standby_sends_the_replay_to_the_primary() -> None:
     """The link cut: a turn committed after it is not on the standby; its replay is the
     primary's committed result (never a second run), a watch of it ends with that result,
-    and new turns run on the primary."""
+    and new turns run on the primary. The standby down: replays go to the primary."""
     schema = "ik_replica_lag"
     with primary_and_standby(synchronous=False) as (primary, standby, link):
         log_everything(primary)
@@ -182,6 +188,11 @@ async def test_a_lagging_standby_sends_the_replay_to_the_primary() -> None:
             assert items[-1].result.response.text == after.response.text
             fresh = await again.run("u3", ASK)
             assert not fresh.replayed and again.shop.total() == 1
+            standby.kill()  # a standby that is down: replays go to the primary
+            assert (await again.run("u1", ASK)).replayed and again.shop.total() == 1
+            with pytest.raises(DurabilityError) as down:  # a listing is the standby's
+                await again.durability.list_turns("t1")
+            assert down.value.code is ErrorCode.STORE_UNAVAILABLE
 
 
 # -------------------------------------------------------------------- tools on a standby
@@ -279,3 +290,40 @@ async def test_a_store_on_a_standby_replays_and_watches_and_refuses_new_work(
     async with await PostgresDurability.open(node_dsn(primary), schema=schema) as writer:
         assert await writer.get_turn("t1", "u3") is None
         assert await writer.inbox.get("t1", "u4") is None
+
+
+async def test_the_inspector_reads_a_standby(
+    cluster: tuple[Node, Node, Link], tmp_path: Path
+) -> None:
+    primary, standby, _ = cluster
+    schema = "ik_replica_inspector"
+    await seed(primary, standby, schema)
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"ops {hash_token(TOKEN)} operator\n")
+    async with world_on(store_url(standby, schema)) as world:
+        inspector = create_inspector(
+            world.durability,
+            authenticate=BearerTokens.from_file(tokens),
+            agent=world.agent,
+            session_secret="replica-test-session-secret-0123456789",
+        )
+        app = Starlette(routes=[Mount("/inspect", app=inspector)])
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            form = await client.get("/inspect/login")
+            csrf = re.search(r'name="csrf" value="([^"]+)"', form.text)
+            assert csrf is not None, form.text
+            answer = await client.post(
+                "/inspect/login",
+                data={"csrf": csrf.group(1), "next": "/inspect/threads", "token": TOKEN},
+            )
+            assert answer.status_code == 303, answer.text
+            for path, shown in [
+                ("/inspect/threads", "t1"),
+                ("/inspect/thread?id=t1", "u2"),
+                ("/inspect/requests", "w1"),
+                ("/inspect/receipts", "Uncertain"),
+            ]:
+                page = await client.get(path)
+                assert page.status_code == 200, (path, page.text[:2000])
+                assert shown in page.text, (path, page.text[:2000])
