@@ -308,6 +308,8 @@ RELAY = [
     "OutboxSource",
     "OutboxStats",
     "OutcomeKind",
+    "Partition",
+    "Partitions",
     "PublishOutcome",
     "RelayStats",
     "open_sink",

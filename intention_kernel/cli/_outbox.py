@@ -16,7 +16,7 @@ from typing import Annotated, Any
 import typer
 
 from ..contracts.durability import DurabilityStore
-from ..contracts.outbox import OutboxSource
+from ..contracts.outbox import OutboxSource, Partition
 from ..relay import Backoff, BatchReport, OutboxRelay, RelayStats, open_sink
 from ._common import (
     CliError,
@@ -95,15 +95,23 @@ def relay(
         float, typer.Option("--max-backoff", help="Longest retry delay, in seconds.")
     ] = 60.0,
     once: Annotated[bool, typer.Option("--once", help="Deliver one batch and exit.")] = False,
+    partition: Annotated[
+        str | None,
+        typer.Option(
+            "--partition",
+            help="i/N: serve share i of N relays (a lease; a stopped relay's share moves on).",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Deliver the outbox to a sink until stopped (or one batch with --once).
 
     SIGTERM or SIGINT stop it gracefully: the current round finishes and the rest of the batch
-    is released for other relays.
+    is released for other relays (and a --partition lease is given up).
     """
 
     async def body() -> BatchReport | RelayStats:
+        share = None if partition is None else Partition.parse(partition)
         opened_sink = open_sink(sink)  # refused here, before touching the store
         try:
             async with open_store(store, pool_size=RELAY_POOL_SIZE) as opened:
@@ -116,14 +124,22 @@ def relay(
                     max_attempts=max_attempts,
                     poll_interval=poll_interval,
                     backoff=Backoff(maximum=max_backoff),
+                    partition=share,
                 )
                 if once:
-                    return await worker.run_once()
+                    try:
+                        return await worker.run_once()
+                    finally:
+                        await worker.give_up_partition()
                 loop = asyncio.get_running_loop()
                 for signum in (signal.SIGTERM, signal.SIGINT):
                     loop.add_signal_handler(signum, worker.stop)
                 log = logging.getLogger("intention_kernel.relay")
-                log.info("relay %s started", worker.relay_id)
+                log.info(
+                    "relay %s started%s",
+                    worker.relay_id,
+                    "" if share is None else f" on partition {share}",
+                )
                 await worker.run()
                 log.info(
                     "relay %s stopped after %d events", worker.relay_id, worker.stats.delivered

@@ -41,17 +41,100 @@ that is not a candidate; SQLite (one writer) with one ``BEGIN IMMEDIATE`` transa
 thread's batch. ``mark_delivered`` is idempotent and does not require the claim (the sink acked,
 so it is true); ``record_failure`` and ``release`` apply only while ``relay_id`` still holds the
 claim and return whether they did.
+
+**Partitions.** Relays can share the threads instead of competing for them: a relay started
+with ``Partition(i, n)`` holds a lease on partition ``i`` of ``n`` (``hold_partition``, renewed
+well within ``lease``) and claims only threads the store places in the partitions it serves
+(``claim(..., partitions=)``). A thread is always in the same partition, so its order is kept
+within one relay's share. A partition whose lease has expired (its relay stopped or died) is
+served by the next live partition counting up (cyclically), until a relay holds it again: no
+partition is left to a dead process for longer than one lease. The row claims stay the rule that
+keeps two relays apart; partitions only stop them from walking each other's rows, so a moment
+when two relays both serve a partition (during a hand-over) costs time, never order.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from .errors import ConfigurationError
 from .events import StoredEvent
 
-__all__ = ["OutboxNotifier", "OutboxSource", "OutboxStats"]
+__all__ = [
+    "MAX_PARTITIONS",
+    "OutboxNotifier",
+    "OutboxSource",
+    "OutboxStats",
+    "Partition",
+    "Partitions",
+    "served_partitions",
+]
+
+MAX_PARTITIONS = 1024
+"""More relays than this on one store would spend their time on partition leases."""
+
+_PARTITION = re.compile(r"\s*(\d{1,4})\s*/\s*(\d{1,4})\s*")
+
+
+@dataclass(frozen=True, slots=True)
+class Partition:
+    """A relay's own share of the threads: partition ``index`` of ``count`` (``"i/n"``)."""
+
+    index: int
+    count: int
+
+    def __post_init__(self) -> None:
+        valid = (
+            type(self.index) is int
+            and type(self.count) is int
+            and 1 <= self.count <= MAX_PARTITIONS
+            and 0 <= self.index < self.count
+        )
+        if not valid:
+            raise ConfigurationError(
+                f"a partition is i/n with 1 <= n <= {MAX_PARTITIONS} and 0 <= i < n",
+                context={"index": repr(self.index)[:20], "count": repr(self.count)[:20]},
+            )
+
+    @classmethod
+    def parse(cls, text: str) -> Partition:
+        """``"1/3"`` -> ``Partition(1, 3)``; anything else is a ``ConfigurationError``."""
+        found = _PARTITION.fullmatch(text) if isinstance(text, str) else None
+        if found is None:
+            raise ConfigurationError(
+                "a partition is written i/n, e.g. 0/3", context={"partition": str(text)[:40]}
+            )
+        return cls(int(found.group(1)), int(found.group(2)))
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
+
+
+@dataclass(frozen=True, slots=True)
+class Partitions:
+    """The partitions (of ``count``) a relay serves now; empty while another live relay holds
+    its own partition."""
+
+    count: int
+    served: frozenset[int]
+
+
+def served_partitions(own: Partition, held: bool, live: Iterable[int]) -> Partitions:
+    """What a relay serves: its own partition if it ``held`` the lease, and every partition
+    without a live holder whose next live partition counting up (cyclically) is its own.
+    ``live``: the other partitions of ``own.count`` held by a live lease."""
+    if not held:
+        return Partitions(own.count, frozenset())
+    taken = set(live) | {own.index}
+    served = {own.index}
+    step = (own.index - 1) % own.count
+    while step not in taken:  # walk down from its own to the previous live partition
+        served.add(step)
+        step = (step - 1) % own.count
+    return Partitions(own.count, frozenset(served))
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,11 +159,27 @@ class OutboxStats:
 class OutboxSource(Protocol):
     """Claim, acknowledge, fail, re-queue and prune outbox events (see the module docstring)."""
 
-    async def claim(self, relay_id: str, *, limit: int, lease: float) -> list[StoredEvent]:
-        """Claim up to ``limit`` deliverable events for ``lease`` seconds, in position order.
+    async def claim(
+        self, relay_id: str, *, limit: int, lease: float, partitions: Partitions | None = None
+    ) -> list[StoredEvent]:
+        """Claim up to ``limit`` deliverable events for ``lease`` seconds, in position order,
+        of the threads in ``partitions`` (all threads when ``None``).
 
         ``StoredEvent.attempts`` and ``last_error`` reflect earlier failed attempts.
         """
+        ...
+
+    async def hold_partition(
+        self, relay_id: str, partition: Partition, *, lease: float
+    ) -> Partitions:
+        """Take or renew ``relay_id``'s lease on its ``partition`` for ``lease`` seconds (taken
+        only if free, expired or already its own); returns what it serves now
+        (``served_partitions``)."""
+        ...
+
+    async def release_partition(self, relay_id: str, partition: Partition) -> bool:
+        """Give the partition's lease up (graceful stop) so its next relay serves it at once;
+        whether ``relay_id`` held it."""
         ...
 
     async def mark_delivered(self, relay_id: str, positions: Sequence[int]) -> int:

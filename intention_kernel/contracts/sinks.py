@@ -12,7 +12,12 @@ went out, retry what may go out later and dead-letter what never will:
   an outage never dead-letters the backlog.
 
 The relay hands ``publish`` at most one event per thread per call, so a sink may send the events
-of one call concurrently without breaking per-thread order. Delivery is at least once:
+of one call concurrently without breaking per-thread order. A sink that says ``keeps_order =
+True`` gets a whole batch per call instead (several events per thread, in order): it writes a
+call's events in the order given and never acknowledges an event after an event of the same
+thread that it did not (the file and stdout sinks: one write of the whole call). One call per
+batch instead of one per event of the busiest thread is what lets a relay with few threads per
+batch keep up. Delivery is at least once:
 consumers deduplicate by event id.
 """
 
@@ -70,7 +75,8 @@ class EventSink(Protocol):
     """A destination for outbox events. Created by ``intention_kernel.relay.open_sink(url)``."""
 
     async def publish(self, events: Sequence[KernelEvent]) -> list[PublishOutcome]:
-        """Publish ``events`` (at most one per thread); one outcome per event, same order.
+        """Publish ``events`` (at most one per thread, unless ``keeps_order``); one outcome
+        per event, same order.
 
         Must not raise for delivery problems: report them as outcomes.
         """

@@ -6,11 +6,21 @@ rules in SQL, and the outbox conformance suite holds every store to them.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-__all__ = ["Candidate", "FailedAttempt", "claimable", "failed_attempt"]
+from ..contracts.outbox import Partitions
+
+__all__ = [
+    "Candidate",
+    "FailedAttempt",
+    "claimable",
+    "failed_attempt",
+    "in_partitions",
+    "may_hold_partition",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,16 +54,38 @@ class Candidate:
     next_attempt_at: datetime | None
 
 
-def claimable(candidates: Iterable[Candidate], *, now: datetime, limit: int) -> list[int]:
+def in_partitions(thread_id: str, partitions: Partitions | None) -> bool:
+    """The thread is in a served partition (always, without partitions). CRC-32 of the id: the
+    same thread lands in the same partition in every process and release."""
+    if partitions is None:
+        return True
+    return zlib.crc32(thread_id.encode()) % partitions.count in partitions.served
+
+
+def may_hold_partition(
+    holder: str | None, held_until: datetime | None, relay_id: str, now: datetime
+) -> bool:
+    """A partition lease can be taken when nobody holds it, its lease has run out, or the
+    relay already holds it (a renewal)."""
+    return holder is None or holder == relay_id or held_until is None or held_until <= now
+
+
+def claimable(
+    candidates: Iterable[Candidate],
+    *,
+    now: datetime,
+    limit: int,
+    partitions: Partitions | None = None,
+) -> list[int]:
     """Positions to claim, from undelivered events in position order: per thread a prefix of
     its undelivered sequence. A dead, live-claimed or not-yet-due event holds back the later
-    events of its own thread only."""
+    events of its own thread only. Threads outside ``partitions`` are not looked at."""
     held_back: set[str] = set()
     chosen: list[int] = []
     for event in candidates:
         if len(chosen) >= limit:
             break
-        if event.thread_id in held_back:
+        if event.thread_id in held_back or not in_partitions(event.thread_id, partitions):
             continue
         claimed = event.claimed_until is not None and event.claimed_until > now
         due = event.next_attempt_at is None or event.next_attempt_at <= now

@@ -23,7 +23,7 @@ from pydantic import JsonValue
 from ..contracts.checkpoint import KernelCheckpoint
 from ..contracts.events import KernelEvent, StoredEvent
 from ..contracts.inspect import LeaseInfo, PruneReport, SchemaInfo, StoreStatus, ThreadSummary
-from ..contracts.outbox import OutboxStats
+from ..contracts.outbox import OutboxStats, Partition, Partitions
 from ..contracts.receipts import (
     EffectIdentity,
     EffectReceipt,
@@ -255,9 +255,20 @@ class HistoryStorage(Protocol[LeaseT_contra]):
 class OutboxStorage(Protocol):
     """The storage side of ``OutboxSource``: claims and delivery state of outbox events."""
 
-    async def claim(self, relay_id: str, limit: int, lease: float) -> list[StoredEvent]:
-        """``_outbox_rules.claimable`` over the undelivered events, claimed in one transaction;
-        returned in position order."""
+    async def claim(
+        self, relay_id: str, limit: int, lease: float, partitions: Partitions | None
+    ) -> list[StoredEvent]:
+        """``_outbox_rules.claimable`` over the undelivered events (of the threads in
+        ``partitions``), claimed in one transaction; returned in position order."""
+        ...
+
+    async def hold_partition(self, relay_id: str, partition: Partition, lease: float) -> Partitions:
+        """Take or renew the partition's lease (``_outbox_rules.may_hold_partition``) and read
+        the other live ones, in one transaction; ``served_partitions`` of the two."""
+        ...
+
+    async def release_partition(self, relay_id: str, partition: Partition) -> bool:
+        """End ``relay_id``'s lease on the partition now; whether it held it."""
         ...
 
     async def mark_delivered(self, relay_id: str, positions: list[int]) -> int:

@@ -29,7 +29,7 @@ from ..contracts.ids import (
     validate_turn_id,
 )
 from ..contracts.inspect import LeaseInfo, PruneReport, SchemaInfo, StoreStatus, ThreadSummary
-from ..contracts.outbox import OutboxStats
+from ..contracts.outbox import OutboxStats, Partition, Partitions
 from ..contracts.receipts import (
     NO_VALUE,
     EffectReceipt,
@@ -353,13 +353,37 @@ class DurableStore(Generic[LeaseT]):
 
     # ---------------------------------------------------------------- outbox source
 
-    async def claim(self, relay_id: str, *, limit: int, lease: float) -> list[StoredEvent]:
-        """Claim up to ``limit`` deliverable events for ``lease`` seconds (``OutboxSource``)."""
+    async def claim(
+        self, relay_id: str, *, limit: int, lease: float, partitions: Partitions | None = None
+    ) -> list[StoredEvent]:
+        """Claim up to ``limit`` deliverable events for ``lease`` seconds, of the threads in
+        ``partitions`` if given (``OutboxSource``)."""
         relay_id = check.check_relay_id(relay_id)
         limit = check.check_limit(limit, maximum=10_000)
         seconds = check.check_seconds(lease, "lease")
+        if partitions is not None and not isinstance(partitions, Partitions):
+            raise InvalidInputError("partitions must be Partitions (from hold_partition)")
         self._check_open()
-        return await self.roles.need_outbox().claim(relay_id, limit, seconds)
+        if partitions is not None and not partitions.served:
+            return []
+        return await self.roles.need_outbox().claim(relay_id, limit, seconds, partitions)
+
+    async def hold_partition(
+        self, relay_id: str, partition: Partition, *, lease: float
+    ) -> Partitions:
+        """Take or renew the relay's lease on its partition; what it serves now."""
+        relay_id = check.check_relay_id(relay_id)
+        partition = _check_partition(partition)
+        seconds = check.check_seconds(lease, "lease")
+        self._check_open()
+        return await self.roles.need_outbox().hold_partition(relay_id, partition, seconds)
+
+    async def release_partition(self, relay_id: str, partition: Partition) -> bool:
+        """Give the relay's partition lease up so the next relay serves it at once."""
+        relay_id = check.check_relay_id(relay_id)
+        partition = _check_partition(partition)
+        self._check_open()
+        return await self.roles.need_outbox().release_partition(relay_id, partition)
 
     async def mark_delivered(self, relay_id: str, positions: Sequence[int]) -> int:
         """Record that the sink acknowledged these events; returns how many changed state."""
@@ -501,3 +525,9 @@ class DurableStore(Generic[LeaseT]):
     def _check_open(self) -> None:
         if self._closed:
             raise UsageError("the store is closed", code=ErrorCode.SCOPE_CLOSED)
+
+
+def _check_partition(partition: object) -> Partition:
+    if not isinstance(partition, Partition):
+        raise InvalidInputError("partition must be a Partition, e.g. Partition.parse('0/3')")
+    return partition

@@ -7,11 +7,14 @@ thread, with retries, dead letters and retention. See ``docs/relay.md``.
     relay = OutboxRelay(store, sink, relay_id="relay-1")
     await relay.run()  # until relay.stop()
 
+    # three relays sharing the threads, each started with its own share:
+    OutboxRelay(store, sink, partition=Partition.parse("0/3"))
+
 The store is any ``OutboxSource`` (``open_durability(url)`` gives one for SQLite, PostgreSQL
 and memory URLs); the command line is ``intention-kernel outbox ...``.
 """
 
-from ..contracts.outbox import OutboxNotifier, OutboxSource, OutboxStats
+from ..contracts.outbox import OutboxNotifier, OutboxSource, OutboxStats, Partition, Partitions
 from ..contracts.sinks import EventSink, OutcomeKind, PublishOutcome
 from ._backoff import Backoff
 from ._relay import BatchReport, OutboxRelay, RelayStats
@@ -28,6 +31,8 @@ __all__ = [
     "OutboxSource",
     "OutboxStats",
     "OutcomeKind",
+    "Partition",
+    "Partitions",
     "PublishOutcome",
     "RelayStats",
     "open_sink",

@@ -2,7 +2,8 @@
 
 One relay loop: claim a batch from the ``OutboxSource`` (a short transaction), publish it in
 rounds of at most one event per thread (so a sink may send a round concurrently without
-reordering a thread), mark what the sink acknowledged, record failures, release the rest.
+reordering a thread; a sink that ``keeps_order`` gets the whole batch in one round), mark what
+the sink acknowledged, record failures, release the rest.
 Several relays (ids) can share one store; the source's claim rule keeps them apart.
 
 Failure handling, by sink outcome:
@@ -21,6 +22,12 @@ A claim that answers too late to leave time for one publish within the lease giv
 back at once (``BatchReport.slow_claim``, ``stats.slow_claims``, a warning saying why) and the
 relay backs off, instead of claiming the same batch again and again without progress.
 
+With a ``partition`` (``Partition(i, n)``) the relay holds a lease on its share of the threads
+and claims only those (``contracts.outbox`` has the rule): N relays split a store's threads, and
+when one stops or dies its share goes to the next live one within one ``claim_ttl``. The lease
+is renewed every ``claim_ttl / 3`` seconds (before every claim while it serves more or less than
+its own share); a graceful stop gives it up at once.
+
 ``stop()`` is graceful: the current round finishes, its acknowledgements are recorded and the
 rest of the batch is released. Cancelling the task instead behaves like a crash: nothing more is
 written and the claims expire after ``claim_ttl`` (events are then re-delivered with the same id).
@@ -33,59 +40,24 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from .._crashpoints import RelayCrashPoint, crash_point
 from ..contracts.errors import ConfigurationError, KernelError
 from ..contracts.events import KernelEvent, StoredEvent
 from ..contracts.ids import new_id
-from ..contracts.outbox import OutboxNotifier, OutboxSource, OutboxStats
+from ..contracts.outbox import OutboxNotifier, OutboxSource, OutboxStats, Partition
 from ..contracts.sinks import EventSink, OutcomeKind, PublishOutcome
 from ..telemetry import RelayTelemetry
 from ._backoff import Backoff
+from ._share import Share
+from ._stats import BatchReport, RelayStats
 
 __all__ = ["BatchReport", "OutboxRelay", "RelayStats"]
 
 logger = logging.getLogger("intention_kernel.relay")
 
 Wakeup = Callable[[float], Awaitable[None]]
-
-
-@dataclass(slots=True)
-class BatchReport:
-    """What one ``run_once()`` did."""
-
-    claimed: int = 0
-    delivered: int = 0
-    retried: int = 0
-    dead_lettered: int = 0
-    released: int = 0
-    sink_unavailable: bool = False
-    slow_claim: bool = False
-    """The claim took so long that the batch was released unpublished (see the log)."""
-
-
-@dataclass(slots=True)
-class RelayStats:
-    """Running totals of one relay, for logs and health checks."""
-
-    batches: int = 0
-    delivered: int = 0
-    retried: int = 0
-    dead_lettered: int = 0
-    released: int = 0
-    sink_outages: int = 0
-    """Batches abandoned because the sink was unavailable."""
-    source_errors: int = 0
-    """Store calls that failed (the relay backs off and tries again)."""
-    slow_claims: int = 0
-    """Batches released unpublished because the claim used up the lease's publishing time."""
-    consecutive_failures: int = 0
-    """Outages or store errors in a row; 0 once a batch goes through."""
-    last_error: str | None = None
-    last_delivery_at: datetime | None = None
-    recent: list[str] = field(default_factory=list)
 
 
 class OutboxRelay:
@@ -105,6 +77,7 @@ class OutboxRelay:
         publish_timeout: float | None = None,
         wakeup: Wakeup | None = None,
         meter_provider: object | None = None,
+        partition: Partition | None = None,
     ) -> None:
         if not isinstance(batch_size, int) or not 1 <= batch_size <= 10_000:
             raise ConfigurationError("batch_size must be an integer in [1, 10000]")
@@ -115,6 +88,8 @@ class OutboxRelay:
         publish_timeout = claim_ttl / 3 if publish_timeout is None else publish_timeout
         if not 0 < publish_timeout < claim_ttl * 0.9:
             raise ConfigurationError("publish_timeout must be positive and below 0.9 * claim_ttl")
+        if partition is not None and not isinstance(partition, Partition):
+            raise ConfigurationError("partition must be a Partition, e.g. Partition.parse('0/3')")
         self.source = source
         self.sink = sink
         self.relay_id = relay_id or new_id("relay")
@@ -127,7 +102,12 @@ class OutboxRelay:
         if wakeup is None and isinstance(source, OutboxNotifier):
             wakeup = source.wait_for_events
         self._wakeup = wakeup
+        self.partition = partition
+        self._keeps_order = getattr(sink, "keeps_order", False) is True
         self.stats = RelayStats()
+        self._share = (
+            None if partition is None else Share(source, self.relay_id, partition, claim_ttl)
+        )
         # ik.relay.delivery.lag and ik.relay.dead_letters; the global meter provider by default.
         self.telemetry = RelayTelemetry(self.relay_id, meter_provider=meter_provider)
         self._stopping = asyncio.Event()
@@ -150,6 +130,20 @@ class OutboxRelay:
 
     async def run(self) -> None:
         """Deliver until ``stop()``; store errors and sink outages back off, never crash."""
+        try:
+            await self._deliver()
+        finally:
+            if self._stopping.is_set():
+                await self.give_up_partition()
+
+    async def give_up_partition(self) -> None:
+        """End the partition lease now (``run()`` does on a graceful stop; call it after
+        ``run_once()`` calls): the next relay serves this one's share at once."""
+        if self._share is not None:
+            await self._share.give_up()
+            self.stats.partitions = ()
+
+    async def _deliver(self) -> None:
         failures = 0
         while not self._stopping.is_set():
             try:
@@ -185,9 +179,20 @@ class OutboxRelay:
             return report
         # The store starts the lease after this moment, so a deadline from here is safe; the
         # margin covers the last mark and clock drift between relay and store.
+        partitions = None
+        if self._share is not None:
+            partitions = await self._share.current()
+            self.stats.partitions = tuple(sorted(partitions.served))
         started = time.monotonic()
         deadline = started + self.claim_ttl * 0.9 - self.publish_timeout
-        batch = await self.source.claim(self.relay_id, limit=self.batch_size, lease=self.claim_ttl)
+        if partitions is None:  # a source written before partitions keeps working
+            batch = await self.source.claim(
+                self.relay_id, limit=self.batch_size, lease=self.claim_ttl
+            )
+        else:
+            batch = await self.source.claim(
+                self.relay_id, limit=self.batch_size, lease=self.claim_ttl, partitions=partitions
+            )
         report.claimed = len(batch)
         if not batch:
             return report
@@ -251,20 +256,27 @@ class OutboxRelay:
     # ---------------------------------------------------------------- one round
 
     async def _round(self, queues: dict[str, deque[StoredEvent]], report: BatchReport) -> None:
-        heads = [queue[0] for queue in queues.values()]
-        outcomes = await self._publish([stored.event for stored in heads])
-        acked: list[int] = []
-        sent: list[KernelEvent] = []
-        for stored, outcome in zip(heads, outcomes, strict=True):
+        """Publish the head of every thread (the whole batch to a sink that ``keeps_order``),
+        acknowledge what went out, and take a failed thread's events out of the batch."""
+        if self._keeps_order:
+            sent_now = sorted((e for queue in queues.values() for e in queue), key=_position)
+        else:
+            sent_now = [queue[0] for queue in queues.values()]
+        outcomes = await self._publish([stored.event for stored in sent_now])
+        acked: list[StoredEvent] = []
+        stopped: set[str] = set()  # threads whose earlier event in this call did not go out
+        for stored, outcome in zip(sent_now, outcomes, strict=True):
             thread_id = stored.event.thread_id
+            if thread_id in stopped:
+                continue  # after a failure of its thread: not acknowledged, whatever it says
             queue = queues[thread_id]
             if outcome.kind is OutcomeKind.OK:
                 queue.popleft()
-                acked.append(stored.position)
-                sent.append(stored.event)
+                acked.append(stored)
                 if not queue:
                     del queues[thread_id]
                 continue
+            stopped.add(thread_id)
             if outcome.kind is OutcomeKind.UNAVAILABLE:
                 report.sink_unavailable = True
                 self.stats.sink_outages += 1
@@ -279,11 +291,11 @@ class OutboxRelay:
                 self.stats.released += len(rest)
         if acked:
             crash_point(RelayCrashPoint.RELAY_ACKED, relay_id=self.relay_id, acked=len(acked))
-            await self.source.mark_delivered(self.relay_id, acked)
+            await self.source.mark_delivered(self.relay_id, [e.position for e in acked])
             crash_point(RelayCrashPoint.RELAY_MARKED, relay_id=self.relay_id, acked=len(acked))
             report.delivered += len(acked)
             self.stats.delivered += len(acked)
-            self.telemetry.delivered(sent)
+            self.telemetry.delivered([e.event for e in acked])
             self.stats.last_delivery_at = datetime.now(UTC)
 
     async def _publish(self, events: list[KernelEvent]) -> list[PublishOutcome]:
@@ -373,3 +385,7 @@ class OutboxRelay:
                 waiter.cancel()
             await asyncio.gather(*waiters, return_exceptions=True)
             self._woken.clear()
+
+
+def _position(stored: StoredEvent) -> int:
+    return stored.position

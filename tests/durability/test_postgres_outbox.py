@@ -146,9 +146,9 @@ def test_a_schema_1_database_is_upgraded_with_its_outbox_kept(dsn: str, pg_schem
             await conn.execute(f'INSERT INTO "{pg_schema}".schema_migrations VALUES (1)')
         finally:
             await conn.close()
-        opened = await _open(dsn, pg_schema, setup=True)  # applies migrations 2 to 7
+        opened = await _open(dsn, pg_schema, setup=True)  # applies migrations 2 to 10
         try:
-            assert await opened.verify() == len(MIGRATIONS) == 9
+            assert await opened.verify() == len(MIGRATIONS) == 10
             await commit_events(opened, "t1", "turn-1", 2)
             batch = await opened.claim("relay-a", limit=10, lease=30)
             assert [e.event.sequence for e in batch] == [0, 1]
@@ -378,7 +378,7 @@ def test_claim_work_is_bounded_by_the_batch_with_a_backlog_and_healthy_statistic
                 return _rows_visited(json.loads(answer)[0]["Plan"])
 
             sql = OutboxStatements(store.schema)
-            assert await visited(sql.claim, "relay-a", 100, 30.0) < 2_000
+            assert await visited(sql.claim, "relay-a", 100, 30.0, None, None) < 2_000
             # Each round's mark (and a release) probes its rows, not every pending row.
             four = list(range(first, first + 4))
             assert await visited(sql.mark_delivered, four) < 50

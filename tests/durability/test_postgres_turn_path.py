@@ -20,6 +20,7 @@ from intention_kernel.contracts.errors import (
 )
 from intention_kernel.durability.postgres import PostgresDurability
 from intention_kernel.durability.postgres._lease import PgLease
+from intention_kernel.durability.postgres._schema import MIGRATIONS
 from intention_kernel.testing.conformance import (
     commit_simple,
     make_events,
@@ -226,7 +227,7 @@ async def test_migration_4_drops_the_repeated_outbox_index(dsn: str, schema: str
         await conn.execute(
             f'CREATE INDEX outbox_by_thread ON "{schema}".outbox (thread_id, position)'
         )
-        # ... and back to version 3: migrations 5 to 9 undone as well, so all run again.
+        # ... and back to version 3: migrations 5 to 10 undone as well, so all run again.
         await conn.execute(
             f'ALTER TABLE "{schema}".heads DROP COLUMN agent_fingerprint,'
             " DROP COLUMN pending_interaction;"
@@ -237,10 +238,11 @@ async def test_migration_4_drops_the_repeated_outbox_index(dsn: str, schema: str
             f' "{schema}".provider_waiters CASCADE;'
             f' DROP FUNCTION "{schema}".budget_reserve, "{schema}".slot_acquire,'
             f' "{schema}".budget_window;'
-            f' DROP TABLE "{schema}".schedules, "{schema}".timers'
+            f' DROP TABLE "{schema}".schedules, "{schema}".timers;'
+            f' DROP TABLE "{schema}".relay_partitions'
         )
         await conn.execute(f'DELETE FROM "{schema}".schema_migrations WHERE version >= 4')
-        assert await store.setup() == 9
+        assert await store.setup() == len(MIGRATIONS)
         assert "outbox_by_thread" not in await outbox_indexes(conn, schema)
         # Reading one thread's whole outbox still goes through an index, not the table.
         await conn.execute("SET enable_seqscan = off")

@@ -51,6 +51,7 @@ def test_a_schema_1_database_is_upgraded_with_its_outbox_kept(tmp_path: Path) ->
 
     asyncio.run(write())
     conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("DROP TABLE ik_relay_partitions")  # back to schema 7 by hand
     conn.execute("DROP TABLE ik_schedules")  # back to schema 6 by hand
     conn.execute("DROP TABLE ik_timers")
     for table in ("counters", "reservations", "limits"):  # back to schema 4 by hand

@@ -2,7 +2,8 @@
 
 Delivers a SQLite outbox (``db``) or a PostgreSQL one (``dsn`` and ``schema``) to a ``file://``
 sink until the outbox has nothing pending (and, when ``stop_file`` is given, that file exists),
-then prints ``{"relay", "delivered"}``. With ``crash`` (a ``RelayCrashPoint`` value) it
+then prints ``{"relay", "delivered"}``. ``partition`` (``"i/n"``) gives it a share of the
+threads. With ``crash`` (a ``RelayCrashPoint`` value) it
 ``SIGKILL``s itself the ``nth`` time it reaches it.
 """
 
@@ -17,7 +18,7 @@ from typing import Any
 from intention_kernel._crashpoints import RelayCrashPoint, kill_at, set_crash_hook
 from intention_kernel.durability.postgres import PostgresDurability
 from intention_kernel.durability.sqlite import SQLiteDurability
-from intention_kernel.relay import OutboxRelay, open_sink
+from intention_kernel.relay import OutboxRelay, Partition, open_sink
 from intention_kernel.testing.conformance.outbox import OutboxStore
 
 
@@ -37,6 +38,7 @@ async def relay(spec: dict[str, Any]) -> None:
         batch_size=int(spec.get("batch_size", 50)),
         claim_ttl=float(spec.get("claim_ttl", 30)),
         poll_interval=0.02,
+        partition=Partition.parse(spec["partition"]) if "partition" in spec else None,
     )
     stop_file = spec.get("stop_file")
     try:

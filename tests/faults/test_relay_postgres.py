@@ -5,6 +5,9 @@
   thread the first deliveries follow commit order.
 - 3 relay processes while a producer commits ~3,000 events: each event delivered exactly once
   (no loss, no concurrent double delivery), per-thread order.
+- 3 partitioned relay processes (``0/3``, ``1/3``, ``2/3``), one ``kill -9``'d after its second
+  acknowledged round: its share goes to the next live relay once its lease runs out, every event
+  is delivered, per-thread order, and only the killed relay's last round goes out twice.
 
 ``IK_FAULT_SCALE`` multiplies the rounds and the event count.
 """
@@ -137,3 +140,59 @@ def test_three_relay_processes_share_one_postgres_outbox(
     assert set(counts.values()) == {1}  # never delivered twice
     with capsys.disabled():
         print(f"\n3 postgres relay processes: {total} events, each once; per relay {reports}")
+
+
+def test_partitioned_relays_take_over_a_killed_relays_share(
+    tmp_path: Path, dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    schema = asyncio.run(create_schema(dsn))
+    sink, stop = tmp_path / "shared.jsonl", tmp_path / "produced"
+    spec = {
+        "dsn": dsn,
+        "schema": schema,
+        "sink": str(sink),
+        "batch_size": 50,
+        "claim_ttl": 1.0,  # the partition lease too: the killed relay's share moves after 1 s
+        "stop_file": str(stop),
+    }
+    try:
+        # The doomed relay starts first and alone, so it serves every share at first; then it
+        # dies holding claims and its own partition's lease.
+        relays = [
+            start_relay(
+                {**spec, "relay_id": "relay-0", "partition": "0/3"}
+                | {"crash": RelayCrashPoint.RELAY_ACKED.value, "nth": 2}
+            ),
+            *(
+                start_relay({**spec, "relay_id": f"relay-{i}", "partition": f"{i}/3"})
+                for i in (1, 2)
+            ),
+        ]
+        try:
+            asyncio.run(
+                commit_workload(dsn, schema, threads=30, turns=10 * SCALE, per_turn=5, writers=3)
+            )
+        finally:
+            stop.touch()
+        assert wait(relays[0], timeout=300) == -9, "relay-0 did not reach its crash point"
+        reports = []
+        for process in relays[1:]:
+            assert process.stdout is not None
+            out = process.stdout.read()
+            assert wait(process, timeout=300) == 0
+            reports.append(json.loads(out.splitlines()[-1])["delivered"])
+        committed = asyncio.run(committed_order(dsn, schema))
+    finally:
+        asyncio.run(drop_schema(dsn, schema))
+    first, counts = read_sink(sink)
+    total = sum(len(ids) for ids in committed.values())
+    assert total == 1500 * SCALE
+    assert first == committed  # nothing lost (the dead relay's share too), per-thread order
+    duplicates = sum(count - 1 for count in counts.values())
+    assert max(counts.values()) <= 2 and duplicates <= 50  # the acked, unmarked round only
+    assert sum(reports) >= total - 2 * 50  # the survivors delivered all but relay-0's rounds
+    with capsys.disabled():
+        print(
+            f"\npartitioned relays, one killed: {total} events, {duplicates} delivered twice;"
+            f" survivors delivered {reports}"
+        )

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from intention_kernel.contracts import ConfigurationError, DurabilityError, ErrorCode, StoredEvent
-from intention_kernel.relay import Backoff, OutboxRelay, PublishOutcome
+from intention_kernel.relay import Backoff, OutboxRelay, Partitions, PublishOutcome
 from intention_kernel.testing import EventCollector, MemoryDurability
 from intention_kernel.testing.conformance.outbox import commit_events
 
@@ -219,8 +219,10 @@ class SlowClaims:
         self.delay = delay
         self.claims = 0
 
-    async def claim(self, relay_id: str, *, limit: int, lease: float) -> list[StoredEvent]:
-        batch = await self.store.claim(relay_id, limit=limit, lease=lease)
+    async def claim(
+        self, relay_id: str, *, limit: int, lease: float, partitions: Partitions | None = None
+    ) -> list[StoredEvent]:
+        batch = await self.store.claim(relay_id, limit=limit, lease=lease, partitions=partitions)
         self.claims += 1
         await asyncio.sleep(self.delay)
         return batch

@@ -10,8 +10,8 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from ...contracts.events import StoredEvent
-from ...contracts.outbox import OutboxStats
-from .._outbox_rules import Candidate, claimable, failed_attempt
+from ...contracts.outbox import OutboxStats, Partition, Partitions, served_partitions
+from .._outbox_rules import Candidate, claimable, failed_attempt, may_hold_partition
 from .._writes import utc_now
 from ._state import Delivery, MemoryStore
 
@@ -39,7 +39,9 @@ class MemoryOutbox:
 
     # ---------------------------------------------------------------- OutboxSource
 
-    async def claim(self, relay_id: str, limit: int, lease: float) -> list[StoredEvent]:
+    async def claim(
+        self, relay_id: str, limit: int, lease: float, partitions: Partitions | None
+    ) -> list[StoredEvent]:
         now = self.clock()
         candidates = (
             Candidate(p, d.thread_id, d.dead, d.claimed_until, d.next_attempt_at)
@@ -49,7 +51,7 @@ class MemoryOutbox:
         until = now + timedelta(seconds=lease)
         claimed: list[StoredEvent] = []
         broken: set[str] = set()  # threads held back by an unreadable event of this batch
-        for position in claimable(candidates, now=now, limit=limit):
+        for position in claimable(candidates, now=now, limit=limit, partitions=partitions):
             state = self.state.deliveries[position]
             stored = self.state.stored_event(position)
             assert stored is not None
@@ -62,6 +64,25 @@ class MemoryOutbox:
             state.claimed_by, state.claimed_until = relay_id, until
             claimed.append(stored)
         return claimed
+
+    async def hold_partition(self, relay_id: str, partition: Partition, lease: float) -> Partitions:
+        now = self.clock()
+        leases = self.state.relay_partitions
+        key = (partition.count, partition.index)
+        holder, until = leases.get(key, (None, None))
+        held = may_hold_partition(holder, until, relay_id, now)
+        if held:
+            leases[key] = (relay_id, now + timedelta(seconds=lease))
+        live = [i for (n, i), (_, t) in leases.items() if n == partition.count and t > now]
+        return served_partitions(partition, held, live)
+
+    async def release_partition(self, relay_id: str, partition: Partition) -> bool:
+        key = (partition.count, partition.index)
+        holder, _ = self.state.relay_partitions.get(key, (None, None))
+        if holder != relay_id:
+            return False
+        del self.state.relay_partitions[key]
+        return True
 
     async def mark_delivered(self, relay_id: str, positions: list[int]) -> int:
         now = self.clock()

@@ -69,6 +69,8 @@ class MemoryStore:
     outbox: list[str | None] = field(default_factory=list)  # None once pruned
     deliveries: dict[int, Delivery] = field(default_factory=dict)  # by outbox position
     relay_floor: int = 1  # every position below is delivered, dead or pruned
+    relay_partitions: dict[tuple[int, int], tuple[str, datetime]] = field(default_factory=dict)
+    """Partition leases by ``(count, index)``: holder and until when."""
     reconciliations: list[str] = field(default_factory=list)
     locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     committed_at: dict[tuple[str, str], datetime] = field(default_factory=dict)

@@ -28,7 +28,7 @@ from typing import Any
 
 from ...contracts.errors import CheckpointCorruptError, DurabilityError
 from ...contracts.events import KernelEvent, StoredEvent
-from ...contracts.outbox import OutboxStats
+from ...contracts.outbox import OutboxStats, Partition, Partitions, served_partitions
 from .._documents import decode_model, unreadable, unreadable_event
 from ._connection import PgConnection
 from ._outbox_sql import OutboxStatements
@@ -71,8 +71,20 @@ class PostgresOutbox:
         self._db = db
         self._outbox_sql = sql
 
-    async def claim(self, relay_id: str, limit: int, lease: float) -> list[StoredEvent]:
-        rows = await self._db.fetch(self._outbox_sql.claim, relay_id, limit, lease)
+    async def claim(
+        self, relay_id: str, limit: int, lease: float, partitions: Partitions | None
+    ) -> list[StoredEvent]:
+        count, served = (
+            (None, None) if partitions is None else (partitions.count, partitions.served)
+        )
+        rows = await self._db.fetch(
+            self._outbox_sql.claim,
+            relay_id,
+            limit,
+            lease,
+            count,
+            None if served is None else sorted(served),
+        )
         claimed = sorted((stored_event(r) for r in rows), key=lambda e: e.position)
         if all(e.corrupt is None for e in claimed):
             return claimed
@@ -93,6 +105,18 @@ class PostgresOutbox:
         if given_back:
             await self._db.execute_status(self._outbox_sql.release, given_back, relay_id)
         return events
+
+    async def hold_partition(self, relay_id: str, partition: Partition, lease: float) -> Partitions:
+        row = await self._db.fetchrow(
+            self._outbox_sql.hold_partition, relay_id, partition.count, partition.index, lease
+        )
+        return served_partitions(partition, row["mine"], row["live"])
+
+    async def release_partition(self, relay_id: str, partition: Partition) -> bool:
+        released = await self._db.execute_status(
+            self._outbox_sql.release_partition, relay_id, partition.count, partition.index
+        )
+        return released > 0
 
     async def mark_delivered(self, relay_id: str, positions: list[int]) -> int:
         return await self._db.execute_status(self._outbox_sql.mark_delivered, positions)

@@ -31,6 +31,14 @@ _BLOCKED = (
 )
 
 
+# The row's thread is in a served partition: a filter on the rows the walk's probe visits, so
+# the other partitions' rows cost an index step each and never hold a thread back here.
+_SERVED = (
+    "($4::int IS NULL"
+    " OR mod(mod(hashtext(o.thread_id), $4::int) + $4::int, $4::int) = ANY($5::int[]))"
+)
+
+
 def notify_channel(schema: str, topic: str = "outbox") -> str:
     """A short channel name per schema and topic (``outbox``, ``inbox``; channel names are
     limited to 63 bytes)."""
@@ -65,7 +73,8 @@ DROP FUNCTION IF EXISTS {q}.outbox_notify();
             "SELECT EXISTS (SELECT 1 FROM pg_trigger"
             f" WHERE tgrelid = to_regclass('{q}.outbox') AND tgname = 'outbox_notify')"
         )
-        # $1 relay id, $2 limit, $3 lease seconds. ``walk`` visits undelivered rows in position
+        # $1 relay id, $2 limit, $3 lease seconds, $4 partition count (NULL: every thread),
+        # $5 the partitions served. ``walk`` visits undelivered rows in position
         # order, one ``outbox_open`` index probe per step, carrying the threads held back so
         # far (their later rows are skipped inside the probe) and stopping once $2 rows are
         # taken: its cost is the batch plus the held-back threads, whatever the backlog and the
@@ -74,14 +83,15 @@ DROP FUNCTION IF EXISTS {q}.outbox_notify();
 WITH RECURSIVE walk (position, thread_id, take, taken, held) AS (
     (SELECT o.position, o.thread_id, NOT {_BLOCKED}, (NOT {_BLOCKED})::int,
             CASE WHEN {_BLOCKED} THEN ARRAY[o.thread_id] ELSE '{{}}'::text[] END
-     FROM {s} o WHERE o.delivered_at IS NULL ORDER BY o.position LIMIT 1)
+     FROM {s} o WHERE o.delivered_at IS NULL AND {_SERVED}
+     ORDER BY o.position LIMIT 1)
     UNION ALL
     SELECT n.position, n.thread_id, NOT n.blocked, w.taken + (NOT n.blocked)::int,
            CASE WHEN n.blocked THEN w.held || n.thread_id ELSE w.held END
     FROM walk w CROSS JOIN LATERAL (
         SELECT o.position, o.thread_id, {_BLOCKED} AS blocked FROM {s} o
         WHERE o.delivered_at IS NULL AND o.position > w.position
-          AND o.thread_id <> ALL (w.held)
+          AND o.thread_id <> ALL (w.held) AND {_SERVED}
         ORDER BY o.position LIMIT 1) n
     WHERE w.taken < $2
 ), candidates AS (
@@ -102,6 +112,22 @@ UPDATE {s} u SET claimed_by = $1, claimed_until = now() + make_interval(secs => 
 FROM chosen WHERE u.position = chosen.position
 RETURNING u.position, u.event, u.delivered_at, u.attempts, u.last_error, u.dead, u.thread_id,
     u.turn_id, u.sequence"""
+        # $1 relay, $2 count, $3 index, $4 lease seconds: the lease taken or renewed if free,
+        # expired or its own (``mine``), and the other partitions live in the same snapshot.
+        self.hold_partition = f"""
+WITH took AS (
+    INSERT INTO {q}.relay_partitions AS p (partitions, partition, holder, held_until)
+    VALUES ($2, $3, $1, now() + make_interval(secs => $4::float8))
+    ON CONFLICT (partitions, partition) DO UPDATE
+        SET holder = excluded.holder, held_until = excluded.held_until
+        WHERE p.holder = excluded.holder OR p.held_until <= now()
+    RETURNING 1
+)
+SELECT EXISTS (SELECT 1 FROM took) AS mine,
+       array(SELECT partition FROM {q}.relay_partitions
+             WHERE partitions = $2 AND partition <> $3 AND held_until > now()) AS live"""
+        self.release_partition = f"""
+DELETE FROM {q}.relay_partitions WHERE partitions = $2 AND partition = $3 AND holder = $1"""
         # $1 position, $2 relay, $3 reason: an unreadable row this relay just claimed.
         self.kill_unreadable = f"""
 UPDATE {s} SET dead = true, last_error = $3, claimed_by = NULL, claimed_until = NULL,

@@ -318,6 +318,16 @@ MIGRATIONS: tuple[str, ...] = (
     FLOW_MIGRATION,
     # 9: schedules and timers (``_schedule_schema``).
     SCHEDULE_MIGRATION,
+    # 10: partition leases of outbox relays (``_outbox``; ``contracts.outbox`` has the rule).
+    """
+    CREATE TABLE {s}.relay_partitions (
+        partitions  integer NOT NULL,
+        partition   integer NOT NULL,
+        holder      text NOT NULL,
+        held_until  timestamptz NOT NULL,
+        PRIMARY KEY (partitions, partition)
+    );
+    """,
 )
 
 

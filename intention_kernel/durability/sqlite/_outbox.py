@@ -20,9 +20,9 @@ from datetime import UTC, datetime, timedelta
 
 from ...contracts.errors import CheckpointCorruptError
 from ...contracts.events import KernelEvent, StoredEvent
-from ...contracts.outbox import OutboxStats
+from ...contracts.outbox import OutboxStats, Partition, Partitions, served_partitions
 from .._documents import decode_model, unreadable, unreadable_event
-from .._outbox_rules import Candidate, claimable, failed_attempt
+from .._outbox_rules import Candidate, claimable, failed_attempt, may_hold_partition
 from .._writes import utc_now
 from ._connection import Connection
 
@@ -88,7 +88,9 @@ class SQLiteOutbox:
         self._db = db
         self._now = clock
 
-    async def claim(self, relay_id: str, limit: int, lease: float) -> list[StoredEvent]:
+    async def claim(
+        self, relay_id: str, limit: int, lease: float, partitions: Partitions | None
+    ) -> list[StoredEvent]:
         def claim(conn: sqlite3.Connection) -> list[StoredEvent]:
             now = self._now()
             rows = conn.execute(
@@ -107,7 +109,7 @@ class SQLiteOutbox:
                         _moment(next_attempt_at),
                     )
 
-            chosen = claimable(candidates(), now=now, limit=limit)
+            chosen = claimable(candidates(), now=now, limit=limit, partitions=partitions)
             rows.close()
             events: list[StoredEvent] = []
             broken: set[str] = set()  # threads held back by an unreadable row of this batch
@@ -132,6 +134,43 @@ class SQLiteOutbox:
             return events
 
         return await self._db.write(claim, what="outbox claim")
+
+    async def hold_partition(self, relay_id: str, partition: Partition, lease: float) -> Partitions:
+        def hold(conn: sqlite3.Connection) -> Partitions:
+            now = self._now()
+            key = (partition.count, partition.index)
+            row = conn.execute(
+                "SELECT holder, held_until FROM ik_relay_partitions"
+                " WHERE partitions = ? AND partition = ?",
+                key,
+            ).fetchone()
+            holder, until = (None, None) if row is None else (str(row[0]), _moment(row[1]))
+            held = may_hold_partition(holder, until, relay_id, now)
+            if held:
+                conn.execute(
+                    "INSERT OR REPLACE INTO ik_relay_partitions VALUES (?, ?, ?, ?)",
+                    (*key, relay_id, _us(now) + int(lease * 1_000_000)),
+                )
+            live = conn.execute(
+                "SELECT partition FROM ik_relay_partitions WHERE partitions = ? AND held_until > ?",
+                (partition.count, _us(now)),
+            ).fetchall()
+            return served_partitions(partition, held, (i for (i,) in live))
+
+        return await self._db.write(hold, what="relay partition lease")
+
+    async def release_partition(self, relay_id: str, partition: Partition) -> bool:
+        def release(conn: sqlite3.Connection) -> bool:
+            return (
+                conn.execute(
+                    "DELETE FROM ik_relay_partitions"
+                    " WHERE partitions = ? AND partition = ? AND holder = ?",
+                    (partition.count, partition.index, relay_id),
+                ).rowcount
+                > 0
+            )
+
+        return await self._db.write(release, what="relay partition release")
 
     async def mark_delivered(self, relay_id: str, positions: list[int]) -> int:
         def mark(conn: sqlite3.Connection) -> int:

@@ -234,6 +234,16 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         ) WITHOUT ROWID""",
         "CREATE INDEX ik_timers_due ON ik_timers (due_at)",
     ),
+    # 8: partition leases of outbox relays (``_outbox``): holder and expiry in microseconds.
+    (
+        """CREATE TABLE ik_relay_partitions (
+            partitions INTEGER NOT NULL,
+            partition INTEGER NOT NULL,
+            holder TEXT NOT NULL,
+            held_until INTEGER NOT NULL,
+            PRIMARY KEY (partitions, partition)
+        ) WITHOUT ROWID""",
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

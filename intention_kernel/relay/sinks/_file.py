@@ -21,6 +21,9 @@ class FileSink:
     """Appends one JSON line per event; one write + ``fsync`` per batch, so an acknowledged
     event survives a crash of this machine. Re-deliveries append the same event id again."""
 
+    keeps_order = True
+    """One write per call, in order: the relay may hand it several events of a thread."""
+
     def __init__(self, path: Path) -> None:
         self.path = path
         self._file: BinaryIO | None = None

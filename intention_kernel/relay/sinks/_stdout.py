@@ -17,6 +17,9 @@ __all__ = ["StdoutSink", "from_url"]
 class StdoutSink:
     """Writes one JSON line per event and flushes per batch (an ack is a flushed write)."""
 
+    keeps_order = True
+    """One write per call, in order: the relay may hand it several events of a thread."""
+
     def __init__(self, stream: BinaryIO | None = None) -> None:
         self._stream = stream
 

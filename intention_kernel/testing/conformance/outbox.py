@@ -28,15 +28,14 @@ from __future__ import annotations
 
 import asyncio
 import random
-from typing import Protocol
 
 import pytest
 
-from ...contracts.durability import DurabilityStore, TurnScope
+from ...contracts.durability import TurnScope
 from ...contracts.events import StoredEvent
-from ...contracts.outbox import OutboxSource
-from ._harness import StoreHarness, harness_test
-from ._support import make_events, make_result
+from ._outbox_partitions import OutboxPartitionConformance
+from ._outbox_support import OutboxHarness, OutboxStore, commit_events, outbox_test
+from ._support import make_events
 
 __all__ = [
     "OutboxHarness",
@@ -47,33 +46,6 @@ __all__ = [
 ]
 
 
-class OutboxStore(DurabilityStore, OutboxSource, Protocol):
-    """A durable store that relays can read its outbox from."""
-
-
-class OutboxHarness(StoreHarness[OutboxStore]):
-    """Opens stores over one test's storage; calling ``open()`` again models a restart."""
-
-    claim_ttl: float = 0.4
-    """A short claim lease (seconds) the expiry tests wait out."""
-
-    random_programs: int = 3
-    """How many seeded random operation sequences the claim-rule test runs."""
-
-
-outbox_test = harness_test("outbox_harness")
-"""Run an ``async`` test body in a fresh event loop and close what it opened."""
-
-
-async def commit_events(store: DurabilityStore, thread_id: str, turn_id: str, count: int) -> None:
-    """Commit one turn of ``thread_id`` with ``count`` outbox events (sequence 0..count-1)."""
-
-    async def operation(scope: TurnScope) -> None:
-        await scope.commit(make_result(scope), make_events(scope, count))
-
-    await store.with_turn(thread_id, turn_id, operation)
-
-
 def _keys(events: list[StoredEvent]) -> list[tuple[str, str, int]]:
     return [(e.event.thread_id, e.event.turn_id, e.event.sequence) for e in events]
 
@@ -82,7 +54,7 @@ def _of(events: list[StoredEvent], thread_id: str) -> list[StoredEvent]:
     return [e for e in events if e.event.thread_id == thread_id]
 
 
-class OutboxSourceConformance:
+class OutboxSourceConformance(OutboxPartitionConformance):
     """Every outbox-source test. Subclass it (with a ``Test`` prefix), define ``outbox_harness``."""
 
     @outbox_test
