@@ -14,6 +14,7 @@ from typing import Any
 
 from ..contracts.durability import Durability
 from ..contracts.errors import ConfigurationError
+from ..contracts.events import EventCategory
 from ..contracts.gateway import ModelGateway
 from ..contracts.ids import new_id
 from ..contracts.receipts import EffectReceipt
@@ -77,6 +78,9 @@ class Kernel:
     ``docs/budgets.md``). ``completion_secret`` (at least 32 bytes, or a list whose first
     signs and all check, for rotation) signs the tokens a capability hands a third party to
     complete its parked step (``context.completion_token``, ``docs/external.md``).
+    ``outbox_categories`` are the event categories a turn commits to the outbox (default all):
+    ``{EventCategory.AUDIT, EventCategory.INTEGRATION}`` leaves ``trace`` events to the
+    OpenTelemetry spans and the in-process sinks, and the relay fewer events to deliver.
     """
 
     def __init__(
@@ -98,6 +102,7 @@ class Kernel:
         provider_limits: Mapping[str, Limit] | None = None,
         prices: Mapping[str, Price] | None = None,
         completion_secret: bytes | str | Sequence[bytes | str] | None = None,
+        outbox_categories: Iterable[EventCategory] = tuple(EventCategory),
     ) -> None:
         problems = []
         try:
@@ -123,8 +128,13 @@ class Kernel:
             problems.append("ids must be callable")
         if classify_error is not None and not callable(classify_error):
             problems.append("classify_error must be callable")
+        categories = _categories(outbox_categories)
+        if categories is None:
+            problems.append("outbox_categories must be EventCategory values")
         if problems:
             raise ConfigurationError("invalid kernel configuration", context={"problems": problems})
+        assert categories is not None
+        self.outbox_categories = categories
         self.budgets = tuple(budgets)
         self.provider_limits = check_limits(provider_limits or {})
         self.prices = check_prices(prices or {})
@@ -203,6 +213,7 @@ class Kernel:
             classify_error=self.classify_error,
             deps=self.deps,
             completion=self.completion,
+            outbox_categories=self.outbox_categories,
             flow=build_gate(
                 flow_counters(self.durability),
                 agent_id=agent.id,
@@ -229,3 +240,14 @@ class Kernel:
             telemetry=self.telemetry,
             provider_key=provider_key,
         )
+
+
+def _categories(values: Iterable[EventCategory]) -> frozenset[EventCategory] | None:
+    """The categories as a set, or ``None`` when one is not an ``EventCategory``."""
+    if isinstance(values, str | bytes):
+        return None
+    try:
+        found = frozenset(values)
+    except TypeError:
+        return None
+    return found if all(isinstance(v, EventCategory) for v in found) else None

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import BaseModel, JsonValue
 
-from intention_kernel.contracts import DurabilityStore, ModelRequest
+from intention_kernel.contracts import DurabilityStore, EventCategory, ModelRequest
 from intention_kernel.kernel import (
     CapabilityContext,
     CompiledAgent,
@@ -242,6 +242,7 @@ def make_world(
     classify_error: ErrorClassifier | None = None,
     clock: Callable[[], datetime] | None = None,
     completion_secret: str | list[str] | None = None,
+    outbox_categories: Iterable[EventCategory] = tuple(EventCategory),
 ) -> World:
     routes: dict[str, Intentions] = {}
     answers: dict[str, str] = {}
@@ -265,6 +266,7 @@ def make_world(
         classify_error=classify_error,
         clock=clock,
         completion_secret=completion_secret,
+        outbox_categories=outbox_categories,
     )
     compiled = kernel.compile(agent if agent is not None else support_agent())
     return World(durability, gateway, shop, collector, kernel, compiled, routes, answers)

@@ -9,7 +9,12 @@ from typing import Any
 
 import pytest
 
-from intention_kernel.contracts import DurabilityStore, EventCategory, KernelEvent
+from intention_kernel.contracts import (
+    ConfigurationError,
+    DurabilityStore,
+    EventCategory,
+    KernelEvent,
+)
 from intention_kernel.contracts.sinks import PublishOutcome
 
 from .support import World, make_world
@@ -314,3 +319,26 @@ async def test_capability_event_data_is_stored_as_it_was_emitted(
         if s.event.type == "tidy.noted"
     ]
     assert event.data == stored.data == {"pair": [1, "a"], "text": "é\u200b"}
+
+
+async def test_trace_events_can_stay_out_of_the_outbox(durability: DurabilityStore) -> None:
+    kept = {EventCategory.AUDIT, EventCategory.INTEGRATION}
+    world = make_world(durability, outbox_categories=kept)
+    world.say("where is 42?", [{"capability": "orders.lookup", "input": {"order_id": "42"}}])
+    await world.run("turn-1", "where is 42?")
+    everything = world.collector.for_turn("turn-1")
+    stored = [s.event for s in await durability.read_outbox(turn_id="turn-1")]
+    assert EventCategory.TRACE in {e.category for e in everything}  # the sinks get them all
+    assert stored == [e for e in everything if e.category in kept]  # the outbox the others
+    assert stored and {e.type for e in stored} >= {"turn.started", "turn.committed"}
+    # Sequences keep the turn's emission order; the trace events' numbers are the gaps.
+    assert [e.sequence for e in stored] == sorted(e.sequence for e in stored)
+
+
+@pytest.mark.parametrize("categories", ["trace", ["audit"], [None], 3])
+def test_outbox_categories_must_be_event_categories(
+    durability: DurabilityStore, categories: Any
+) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        make_world(durability, outbox_categories=categories)
+    assert "outbox_categories" in str(caught.value.context)

@@ -62,7 +62,8 @@ def _metadata(state: TurnState) -> dict[str, JsonValue]:
 
 
 async def commit(state: TurnState) -> tuple[DurableTurnResult, list[KernelEvent]]:
-    """Commit and return the stored result and the released (redacted) events."""
+    """Commit and return the stored result and the released (redacted) events: all of them
+    for the in-process sinks, the ``outbox_categories`` ones in the outbox."""
     assert state.response is not None
     checkpoint = successor(state)
     state.recorder.emit(
@@ -81,9 +82,13 @@ async def commit(state: TurnState) -> tuple[DurableTurnResult, list[KernelEvent]
         checkpoint=checkpoint,
     )
     events = state.recorder.released()
+    kept = state.runtime.outbox_categories
+    outbox = (
+        events if len(kept) == len(EventCategory) else [e for e in events if e.category in kept]
+    )
     progress = [] if state.progress is None else await state.progress.before_commit()
     if progress:
-        await state.scope.commit(result, events, progress=progress)
+        await state.scope.commit(result, outbox, progress=progress)
     else:
-        await state.scope.commit(result, events)
+        await state.scope.commit(result, outbox)
     return result, events

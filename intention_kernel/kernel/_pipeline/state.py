@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from ...contracts.checkpoint import AgendaItem, Evidence, FactRecord, Interaction, KernelCheckpoint
 from ...contracts.durability import TurnScope
 from ...contracts.errors import FlowControlError
-from ...contracts.events import KernelEvent
+from ...contracts.events import EventCategory, KernelEvent
 from ...contracts.gateway import ModelRefusal
 from ...contracts.receipts import EffectReceipt
 from .._agent import AgentDefinition
@@ -120,6 +120,8 @@ class AgentRuntime:
     """Budgets and provider limits around each model call (``None``: none declared)."""
     completion: CompletionTokens | None = None
     """Signs and checks completion tokens (``Kernel(completion_secret=...)``)."""
+    outbox_categories: frozenset[EventCategory] = frozenset(EventCategory)
+    """The event categories a turn commits to the outbox (``Kernel(outbox_categories=...)``)."""
 
 
 @dataclass(slots=True)
