@@ -54,7 +54,8 @@ class KernelEvent(BaseModel):
     """One thing a turn tells the outside world, in a fixed envelope.
 
     ``id`` is unique across turns and attempts (consumers deduplicate by it); ``sequence`` is
-    dense in emission order within the turn; ``correlation_id`` is the turn's trace id and
+    dense in emission order within the turn (an outbox that leaves a category out, see
+    ``Kernel(outbox_categories=...)``, shows gaps); ``correlation_id`` is the turn's trace id and
     ``causation_id`` the event that caused this one. Only ``data`` is the event's own payload,
     and only ``data`` may be changed by the host's redactor.
     """
