@@ -19,8 +19,8 @@ from intention_kernel.contracts.errors import ConfigurationError
 from intention_kernel.contracts.events import KernelEvent
 from intention_kernel.contracts.sinks import PublishOutcome
 from intention_kernel.durability.postgres import MIGRATIONS, PostgresDurability
-from intention_kernel.durability.postgres._outbox_sql import OutboxStatements
-from intention_kernel.relay import OutboxRelay
+from intention_kernel.durability.postgres._outbox_sql import OutboxStatements, partition_of
+from intention_kernel.relay import OutboxRelay, Partition, Partitions
 from intention_kernel.testing.conformance.outbox import (
     OutboxHarness,
     OutboxSourceConformance,
@@ -334,6 +334,17 @@ def _rows_visited(plan: dict[str, Any]) -> int:
     return int(own * loops) + sum(_rows_visited(child) for child in plan.get("Plans", []))
 
 
+async def rows_visited(conn: Any, sql: str, *args: object) -> int:
+    """Rows the statement's plan visits (run, then rolled back)."""
+    tx = conn.transaction()
+    await tx.start()
+    try:
+        answer = await conn.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", *args)
+    finally:
+        await tx.rollback()
+    return _rows_visited(json.loads(answer)[0]["Plan"])
+
+
 @pytest.mark.parametrize("per_thread", [250, 2000])
 def test_claim_work_is_bounded_by_the_batch_with_a_backlog_and_healthy_statistics(
     dsn: str, pg_schema: str, per_thread: int
@@ -367,22 +378,12 @@ def test_claim_work_is_bounded_by_the_batch_with_a_backlog_and_healthy_statistic
                 f"SELECT min(position) FROM {table} WHERE delivered_at IS NULL"
             )
 
-            async def visited(sql: str, *args: object) -> int:
-                """Rows the statement's plan visits (run, then rolled back)."""
-                tx = conn.transaction()
-                await tx.start()
-                try:
-                    answer = await conn.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", *args)
-                finally:
-                    await tx.rollback()
-                return _rows_visited(json.loads(answer)[0]["Plan"])
-
             sql = OutboxStatements(store.schema)
-            assert await visited(sql.claim, "relay-a", 100, 30.0, None, None) < 2_000
+            assert await rows_visited(conn, sql.claim, "relay-a", 100, 30.0) < 2_000
             # Each round's mark (and a release) probes its rows, not every pending row.
             four = list(range(first, first + 4))
-            assert await visited(sql.mark_delivered, four) < 50
-            assert await visited(sql.release, four, "relay-a") < 50
+            assert await rows_visited(conn, sql.mark_delivered, four) < 50
+            assert await rows_visited(conn, sql.release, four, "relay-a") < 50
             batch = await store.claim("relay-a", limit=100, lease=30)
             assert [e.position for e in batch] == list(range(first, first + 100))
             # Held back behind that claim, the next relay still finds the rest in position order.
@@ -393,6 +394,63 @@ def test_claim_work_is_bounded_by_the_batch_with_a_backlog_and_healthy_statistic
             await store.mark_delivered("relay-a", [e.position for e in batch[:50]])
             again = await store.claim("relay-b", limit=10, lease=30)
             assert [e.position for e in again] == list(range(first + 50, first + 60))
+        finally:
+            await conn.close()
+            await store.close()
+
+    asyncio.run(main())
+
+
+def test_a_partitions_claim_does_not_walk_the_other_partitions_backlog(
+    dsn: str, pg_schema: str
+) -> None:
+    """A relay whose share is empty while others have a backlog: its claim probes its own
+    partition's index and visits next to nothing (a filter on the walk would visit the whole
+    backlog at every poll); a busy share's claim stays bounded by the batch."""
+
+    async def main() -> None:
+        store = await _open(dsn, pg_schema, setup=True)
+        conn = await asyncpg.connect(dsn)
+        table = f'"{pg_schema}".outbox'
+        try:
+            await commit_events(store, "t0", "turn-0", 1)
+            await conn.execute(
+                f"INSERT INTO {table} (thread_id, turn_id, sequence, event)"
+                f" SELECT 't' || (n % 40), 'b-' || n, 0, (SELECT event FROM {table} LIMIT 1)"
+                " FROM generate_series(1, 20000) AS n"
+            )
+            rows = await conn.fetch(f"SELECT DISTINCT {partition_of(64)} AS p FROM {table}")
+            used = {row["p"] for row in rows}
+            empty, busy = min(set(range(64)) - used), min(used)
+            served = await store.hold_partition("relay-a", Partition(empty, 64), lease=30)
+            assert empty in served.served  # and the partition's index is built
+            await conn.execute(f"ANALYZE {table}")
+            sql = OutboxStatements(store.schema)
+            assert await rows_visited(conn, sql.claim_in(64), "relay-a", 100, 30.0, empty) < 10
+            assert await rows_visited(conn, sql.claim_in(64), "relay-a", 100, 30.0, busy) < 2_000
+            # The plan a long-lived connection keeps (generic) probes the partition's index.
+            await conn.execute("SET plan_cache_mode = force_generic_plan")
+            await conn.execute(
+                f"PREPARE partition_claim(text, int, float8, int) AS {sql.claim_in(64)}"
+            )
+            plan = await conn.fetch("EXPLAIN EXECUTE partition_claim('x', 100, 30, 0)")
+            assert "Index Scan using outbox_open_in_64" in "\n".join(row[0] for row in plan)
+            shares = Partitions(64, frozenset({busy}))
+            batch = await store.claim("relay-b", limit=100, lease=30, partitions=shares)
+            positions = [e.position for e in batch]
+            assert batch and positions == sorted(positions)
+            placed = await conn.fetch(  # the rows' own threads (the copied events name t0)
+                f"SELECT DISTINCT {partition_of(64)} AS p FROM {table}"
+                " WHERE position = ANY($1::bigint[])",
+                positions,
+            )
+            assert {row["p"] for row in placed} == {busy}
+            assert (
+                await store.claim(
+                    "relay-b", limit=100, lease=30, partitions=Partitions(64, frozenset({empty}))
+                )
+                == []
+            )
         finally:
             await conn.close()
             await store.close()

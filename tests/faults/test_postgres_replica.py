@@ -32,7 +32,7 @@ from intention_kernel.http import BearerTokens, hash_token
 from intention_kernel.http.inspector import create_inspector
 from intention_kernel.kernel import TurnCompleted
 from tests.cli.support import cli
-from tests.kernel.support import World, make_world
+from tests.kernel.support import World, make_world, working
 from tests.support.pg_cluster import Link, Node, primary_and_standby
 
 LOOKUP = [{"capability": "orders.lookup", "input": {"order_id": "42"}}]
@@ -105,17 +105,6 @@ async def world_on(url: str, **options: Any) -> AsyncIterator[World]:
         yield world
     finally:
         await store.close()
-
-
-@asynccontextmanager
-async def working(world: World) -> AsyncIterator[None]:
-    worker = world.agent.worker(claim_ttl=2.0, poll_interval=0.05, backoff=0.05)
-    task = asyncio.create_task(worker.run())
-    try:
-        yield
-    finally:
-        worker.stop()
-        await asyncio.wait_for(task, 10)
 
 
 async def watched(world: World, turn_id: str) -> list[Any]:

@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 
 import pytest
@@ -26,7 +25,7 @@ from intention_kernel.testing.conformance.outbox import commit_events
 from tests.support.postgres import drop_schema, scratch_schema
 
 from .fault_support import SCALE
-from .test_relay_processes import read_sink, start_relay, wait
+from .test_relay_processes import delivered_by, read_sink, start_relay, wait
 
 
 async def create_schema(dsn: str) -> str:
@@ -124,12 +123,7 @@ def test_three_relay_processes_share_one_postgres_outbox(
             )
         finally:
             stop.touch()
-        reports = []
-        for process in relays:
-            assert process.stdout is not None
-            out = process.stdout.read()
-            assert wait(process, timeout=300) == 0
-            reports.append(json.loads(out.splitlines()[-1])["delivered"])
+        reports = delivered_by(relays)
         committed = asyncio.run(committed_order(dsn, schema))
     finally:
         asyncio.run(drop_schema(dsn, schema))
@@ -175,12 +169,7 @@ def test_partitioned_relays_take_over_a_killed_relays_share(
         finally:
             stop.touch()
         assert wait(relays[0], timeout=300) == -9, "relay-0 did not reach its crash point"
-        reports = []
-        for process in relays[1:]:
-            assert process.stdout is not None
-            out = process.stdout.read()
-            assert wait(process, timeout=300) == 0
-            reports.append(json.loads(out.splitlines()[-1])["delivered"])
+        reports = delivered_by(relays[1:])
         committed = asyncio.run(committed_order(dsn, schema))
     finally:
         asyncio.run(drop_schema(dsn, schema))

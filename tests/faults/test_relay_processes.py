@@ -52,6 +52,17 @@ def wait(process: subprocess.Popen[str], timeout: float = 120) -> int:
     return process.returncode
 
 
+def delivered_by(relays: list[subprocess.Popen[str]]) -> list[int]:
+    """Wait for relays that end by themselves; how many events each delivered."""
+    reports = []
+    for process in relays:
+        assert process.stdout is not None
+        out = process.stdout.read()
+        assert wait(process, timeout=300) == 0
+        reports.append(json.loads(out.splitlines()[-1])["delivered"])
+    return reports
+
+
 async def commit_workload(db: Path, *, threads: int, turns: int, per_turn: int) -> None:
     """Interleaved turns of several threads (turn by turn, so positions mix threads)."""
     store = await SQLiteDurability.open(db)
@@ -132,12 +143,7 @@ def test_three_relay_processes_share_one_outbox(
         asyncio.run(commit_workload(db, threads=30, turns=20 * SCALE, per_turn=5))
     finally:
         stop.touch()
-    reports = []
-    for process in relays:
-        assert process.stdout is not None
-        out = process.stdout.read()
-        assert wait(process, timeout=300) == 0
-        reports.append(json.loads(out.splitlines()[-1])["delivered"])
+    reports = delivered_by(relays)
     committed = asyncio.run(committed_order(db))
     first, counts = read_sink(sink)
     total = sum(len(ids) for ids in committed.values())

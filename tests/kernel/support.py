@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -270,3 +271,16 @@ def make_world(
     )
     compiled = kernel.compile(agent if agent is not None else support_agent())
     return World(durability, gateway, shop, collector, kernel, compiled, routes, answers)
+
+
+@asynccontextmanager
+async def working(world: World, **settings: Any) -> AsyncIterator[None]:
+    """A worker of the world's agent running for the block (fast polls and backoff)."""
+    chosen: dict[str, Any] = {"claim_ttl": 2.0, "poll_interval": 0.05, "backoff": 0.05}
+    worker = world.agent.worker(**{**chosen, **settings})
+    task = asyncio.create_task(worker.run())
+    try:
+        yield
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 10)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -19,7 +18,7 @@ from intention_kernel.kernel import TurnCompleted
 from tests.faults.test_postgres_pgbouncer import bounced_schema, bouncer  # noqa: F401
 from tests.support.postgres import drop_schema, require_postgres, scratch_schema
 
-from .support import World, make_world
+from .support import World, make_world, working
 
 LOOKUP = [{"capability": "orders.lookup", "input": {"order_id": "42"}}]
 Pair = tuple[PostgresDurability, PostgresDurability]
@@ -45,17 +44,6 @@ async def pair(dsn: str) -> AsyncIterator[Pair]:
     finally:
         await worker.close()
         await drop_schema(dsn, schema)
-
-
-@asynccontextmanager
-async def working(world: World) -> AsyncIterator[None]:
-    worker = world.agent.worker(claim_ttl=2.0, poll_interval=0.05, backoff=0.05)
-    task = asyncio.create_task(worker.run())
-    try:
-        yield
-    finally:
-        worker.stop()
-        await asyncio.wait_for(task, 10)
 
 
 async def follow(world: World, turn_id: str, poll_interval: float) -> list[Any]:

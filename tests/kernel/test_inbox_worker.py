@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
-from typing import Any
 
 import pytest
 
@@ -15,21 +12,9 @@ from intention_kernel.contracts.errors import InvalidInputError, ModelGatewayErr
 from intention_kernel.contracts.inbox import RequestState
 from intention_kernel.kernel import StepFinished, StepStarted, TextDelta, TurnCompleted
 
-from .support import World, make_world
+from .support import World, make_world, working
 
 LOOKUP = [{"capability": "orders.lookup", "input": {"order_id": "42"}}]
-
-
-@asynccontextmanager
-async def working(world: World, **settings: Any) -> AsyncIterator[None]:
-    chosen: dict[str, Any] = {"claim_ttl": 2.0, "poll_interval": 0.05, "backoff": 0.05}
-    worker = world.agent.worker(**{**chosen, **settings})
-    task = asyncio.create_task(worker.run())
-    try:
-        yield
-    finally:
-        worker.stop()
-        await asyncio.wait_for(task, 10)
 
 
 async def settled(world: World, thread_id: str, turn_id: str) -> RequestState:

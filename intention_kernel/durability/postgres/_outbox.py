@@ -70,21 +70,25 @@ class PostgresOutbox:
     def __init__(self, db: PgConnection, sql: OutboxStatements) -> None:
         self._db = db
         self._outbox_sql = sql
+        self._indexed: set[int] = set()  # partition counts whose index this store has built
 
     async def claim(
         self, relay_id: str, limit: int, lease: float, partitions: Partitions | None
     ) -> list[StoredEvent]:
-        count, served = (
-            (None, None) if partitions is None else (partitions.count, partitions.served)
-        )
-        rows = await self._db.fetch(
-            self._outbox_sql.claim,
-            relay_id,
-            limit,
-            lease,
-            count,
-            None if served is None else sorted(served),
-        )
+        if partitions is None:
+            return await self._claim(self._outbox_sql.claim, relay_id, limit, lease)
+        claimed: list[StoredEvent] = []
+        for index in sorted(partitions.served):  # one partition's index probe at a time
+            statement = self._outbox_sql.claim_in(partitions.count)
+            claimed += await self._claim(statement, relay_id, limit - len(claimed), lease, index)
+            if len(claimed) >= limit:
+                break
+        return sorted(claimed, key=lambda e: e.position)
+
+    async def _claim(
+        self, statement: str, relay_id: str, limit: int, lease: float, *index: int
+    ) -> list[StoredEvent]:
+        rows = await self._db.fetch(statement, relay_id, limit, lease, *index)
         claimed = sorted((stored_event(r) for r in rows), key=lambda e: e.position)
         if all(e.corrupt is None for e in claimed):
             return claimed
@@ -107,6 +111,9 @@ class PostgresOutbox:
         return events
 
     async def hold_partition(self, relay_id: str, partition: Partition, lease: float) -> Partitions:
+        if partition.count not in self._indexed:
+            await self._db.execute(self._outbox_sql.partition_index(partition.count))
+            self._indexed.add(partition.count)
         row = await self._db.fetchrow(
             self._outbox_sql.hold_partition, relay_id, partition.count, partition.index, lease
         )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import zlib
 
-__all__ = ["EVENT_COLUMNS", "OutboxStatements", "notify_channel"]
+__all__ = ["EVENT_COLUMNS", "OutboxStatements", "notify_channel", "partition_of"]
 
 EVENT_COLUMNS = (
     "position, event, delivered_at, attempts, last_error, dead, thread_id, turn_id, sequence"
@@ -31,12 +31,10 @@ _BLOCKED = (
 )
 
 
-# The row's thread is in a served partition: a filter on the rows the walk's probe visits, so
-# the other partitions' rows cost an index step each and never hold a thread back here.
-_SERVED = (
-    "($4::int IS NULL"
-    " OR mod(mod(hashtext(o.thread_id), $4::int) + $4::int, $4::int) = ANY($5::int[]))"
-)
+def partition_of(count: int, column: str = "thread_id") -> str:
+    """The partition of a row's thread among ``count``, as the index ``outbox_open_in_N`` and
+    the claims of ``claim_in`` write it (the same text, so the planner matches them)."""
+    return f"mod(mod(hashtext({column}), {count}) + {count}, {count})"
 
 
 def notify_channel(schema: str, topic: str = "outbox") -> str:
@@ -73,45 +71,9 @@ DROP FUNCTION IF EXISTS {q}.outbox_notify();
             "SELECT EXISTS (SELECT 1 FROM pg_trigger"
             f" WHERE tgrelid = to_regclass('{q}.outbox') AND tgname = 'outbox_notify')"
         )
-        # $1 relay id, $2 limit, $3 lease seconds, $4 partition count (NULL: every thread),
-        # $5 the partitions served. ``walk`` visits undelivered rows in position
-        # order, one ``outbox_open`` index probe per step, carrying the threads held back so
-        # far (their later rows are skipped inside the probe) and stopping once $2 rows are
-        # taken: its cost is the batch plus the held-back threads, whatever the backlog and the
-        # statistics (a plain join let the planner test every undelivered row first).
-        self.claim = f"""
-WITH RECURSIVE walk (position, thread_id, take, taken, held) AS (
-    (SELECT o.position, o.thread_id, NOT {_BLOCKED}, (NOT {_BLOCKED})::int,
-            CASE WHEN {_BLOCKED} THEN ARRAY[o.thread_id] ELSE '{{}}'::text[] END
-     FROM {s} o WHERE o.delivered_at IS NULL AND {_SERVED}
-     ORDER BY o.position LIMIT 1)
-    UNION ALL
-    SELECT n.position, n.thread_id, NOT n.blocked, w.taken + (NOT n.blocked)::int,
-           CASE WHEN n.blocked THEN w.held || n.thread_id ELSE w.held END
-    FROM walk w CROSS JOIN LATERAL (
-        SELECT o.position, o.thread_id, {_BLOCKED} AS blocked FROM {s} o
-        WHERE o.delivered_at IS NULL AND o.position > w.position
-          AND o.thread_id <> ALL (w.held) AND {_SERVED}
-        ORDER BY o.position LIMIT 1) n
-    WHERE w.taken < $2
-), candidates AS (
-    SELECT r.position, r.thread_id FROM walk w CROSS JOIN LATERAL (
-        SELECT o.position, o.thread_id FROM {s} o
-        WHERE o.position = w.position AND (o.delivered_at IS NULL) IS TRUE AND NOT {_BLOCKED}
-        FOR UPDATE SKIP LOCKED) r
-    WHERE w.take
-), missing AS (
-    SELECT w.thread_id, min(w.position) AS first FROM walk w
-    WHERE w.take AND NOT EXISTS (SELECT 1 FROM candidates k WHERE k.position = w.position)
-    GROUP BY w.thread_id
-), chosen AS (
-    SELECT c.position FROM candidates c LEFT JOIN missing m ON m.thread_id = c.thread_id
-    WHERE m.first IS NULL OR c.position < m.first
-)
-UPDATE {s} u SET claimed_by = $1, claimed_until = now() + make_interval(secs => $3::float8)
-FROM chosen WHERE u.position = chosen.position
-RETURNING u.position, u.event, u.delivered_at, u.attempts, u.last_error, u.dead, u.thread_id,
-    u.turn_id, u.sequence"""
+        self._s = s
+        self._claims_in: dict[int, str] = {}
+        self.claim = self._claim("")
         # $1 relay, $2 count, $3 index, $4 lease seconds: the lease taken or renewed if free,
         # expired or its own (``mine``), and the other partitions live in the same snapshot.
         self.hold_partition = f"""
@@ -171,6 +133,73 @@ WHERE delivered_at IS NOT NULL AND delivered_at < now() - make_interval(secs => 
             s, f"{q}.timestamptz_or_null({q}.json_or_null(h.event) ->> 'occurred_at')"
         )
         self.stats = self._stats(s, "(h.event::json ->> 'occurred_at')::timestamptz")
+
+    def claim_in(self, count: int) -> str:
+        """The claim of one partition of ``count`` ($4: its index), probing the index
+        ``outbox_open_in_{count}`` (``partition_index``), so the rows of other partitions cost
+        nothing however large their backlog."""
+        found = self._claims_in.get(count)
+        if found is None:
+            found = self._claims_in[count] = self._claim(
+                f"AND {partition_of(count, 'o.thread_id')} = $4"
+            )
+        return found
+
+    def partition_index(self, count: int) -> str:
+        """Build ``outbox_open_in_{count}`` unless it exists: the undelivered rows by partition
+        and position. One builder at a time per schema and count (an advisory lock), and the
+        build holds commits back while it scans the outbox (see docs/relay.md)."""
+        s = self._s
+        schema_key = s.replace("'", "''")
+        return f"""
+DO $$
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtext('{schema_key}.relay_partitions'), {count});
+    CREATE INDEX IF NOT EXISTS outbox_open_in_{count}
+        ON {s} (({partition_of(count)}), position) WHERE delivered_at IS NULL;
+END $$"""
+
+    def _claim(self, served: str) -> str:
+        """$1 relay id, $2 limit, $3 lease seconds (and what ``served`` uses). ``walk`` visits
+        undelivered rows in position order, one index probe per step (``outbox_open``, or the
+        partition's index), carrying the threads held back so far (their later rows are
+        skipped inside the probe) and stopping once $2 rows are taken: its cost is the batch
+        plus the held-back threads, whatever the backlog and the statistics (a plain join let
+        the planner test every undelivered row first)."""
+        s = self._s
+        return f"""
+WITH RECURSIVE walk (position, thread_id, take, taken, held) AS (
+    (SELECT o.position, o.thread_id, NOT {_BLOCKED}, (NOT {_BLOCKED})::int,
+            CASE WHEN {_BLOCKED} THEN ARRAY[o.thread_id] ELSE '{{}}'::text[] END
+     FROM {s} o WHERE o.delivered_at IS NULL {served}
+     ORDER BY o.position LIMIT 1)
+    UNION ALL
+    SELECT n.position, n.thread_id, NOT n.blocked, w.taken + (NOT n.blocked)::int,
+           CASE WHEN n.blocked THEN w.held || n.thread_id ELSE w.held END
+    FROM walk w CROSS JOIN LATERAL (
+        SELECT o.position, o.thread_id, {_BLOCKED} AS blocked FROM {s} o
+        WHERE o.delivered_at IS NULL AND o.position > w.position
+          AND o.thread_id <> ALL (w.held) {served}
+        ORDER BY o.position LIMIT 1) n
+    WHERE w.taken < $2
+), candidates AS (
+    SELECT r.position, r.thread_id FROM walk w CROSS JOIN LATERAL (
+        SELECT o.position, o.thread_id FROM {s} o
+        WHERE o.position = w.position AND (o.delivered_at IS NULL) IS TRUE AND NOT {_BLOCKED}
+        FOR UPDATE SKIP LOCKED) r
+    WHERE w.take
+), missing AS (
+    SELECT w.thread_id, min(w.position) AS first FROM walk w
+    WHERE w.take AND NOT EXISTS (SELECT 1 FROM candidates k WHERE k.position = w.position)
+    GROUP BY w.thread_id
+), chosen AS (
+    SELECT c.position FROM candidates c LEFT JOIN missing m ON m.thread_id = c.thread_id
+    WHERE m.first IS NULL OR c.position < m.first
+)
+UPDATE {s} u SET claimed_by = $1, claimed_until = now() + make_interval(secs => $3::float8)
+FROM chosen WHERE u.position = chosen.position
+RETURNING u.position, u.event, u.delivered_at, u.attempts, u.last_error, u.dead, u.thread_id,
+    u.turn_id, u.sequence"""
 
     @staticmethod
     def _stats(s: str, occurred_at: str) -> str:
