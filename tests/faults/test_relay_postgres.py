@@ -183,9 +183,11 @@ def test_partitioned_relays_take_over_a_killed_relays_share(
         finally:
             stop.touch()
         assert wait(relays[0], timeout=300) == -9, "relay-0 did not reach its crash point"
-        reports = delivered_by(relays[1:])
+        reports = delivered_by(relays[1:], timeout=120)  # seconds when its share moves on
         committed = asyncio.run(committed_order(dsn, schema))
     finally:
+        for process in relays:  # a failed run leaves none running
+            process.kill()
         asyncio.run(drop_schema(dsn, schema))
     first, counts = read_sink(sink)
     total = sum(len(ids) for ids in committed.values())

@@ -40,25 +40,30 @@ def start_relay(spec: dict[str, Any]) -> subprocess.Popen[str]:
     )
 
 
-def wait(process: subprocess.Popen[str], timeout: float = 120) -> int:
+def finish(process: subprocess.Popen[str], timeout: float = 120) -> tuple[int, str]:
+    """The relay's exit code (0, or -9 when it killed itself) and its output; a relay still
+    running after ``timeout`` seconds is killed and fails the test."""
     try:
-        _, err = process.communicate(timeout=timeout)
+        out, err = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         process.kill()
         _, err = process.communicate()
         raise AssertionError(f"relay did not finish in {timeout}s: {err[-2000:]}") from None
     if process.returncode not in (0, -9):
         raise AssertionError(f"relay failed ({process.returncode}): {err[-2000:]}")
-    return process.returncode
+    return process.returncode, out
 
 
-def delivered_by(relays: list[subprocess.Popen[str]]) -> list[int]:
+def wait(process: subprocess.Popen[str], timeout: float = 120) -> int:
+    return finish(process, timeout)[0]
+
+
+def delivered_by(relays: list[subprocess.Popen[str]], timeout: float = 300) -> list[int]:
     """Wait for relays that end by themselves; how many events each delivered."""
     reports = []
     for process in relays:
-        assert process.stdout is not None
-        out = process.stdout.read()
-        assert wait(process, timeout=300) == 0
+        code, out = finish(process, timeout)
+        assert code == 0
         reports.append(json.loads(out.splitlines()[-1])["delivered"])
     return reports
 
