@@ -36,10 +36,11 @@ from pathlib import Path
 from _relay_common import Timed, commit_turn
 
 from intention_kernel.relay import OutboxRelay, open_sink
+from intention_kernel.relay.signing import new_secret
 from intention_kernel.testing import MemoryDurability
 
 RESULTS = Path(__file__).parent / "results" / "relay_throughput.json"
-SECRET = "bench-secret"
+SECRET = new_secret()
 THREADS = 50
 PER_TURN = 5
 
@@ -208,6 +209,8 @@ async def _cleanup(token: str) -> None:
     nc = await nats.connect("nats://127.0.0.1:4222")
     try:
         await nc.jetstream().delete_stream(f"IK_BENCH_{token}")
+    except nats.js.errors.NotFoundError:
+        pass  # the run stopped before its NATS side
     finally:
         await nc.close()
     client = aioredis.Redis(host="127.0.0.1", port=6379)
