@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import pytest
@@ -52,6 +53,19 @@ async def commit_workload(
         await asyncio.gather(*(write(part) for part in range(writers)))
     finally:
         await store.close()
+
+
+def shared_spec(dsn: str, schema: str, directory: Path, **extra: Any) -> dict[str, Any]:
+    """Relays that deliver to one file and run until ``produced`` exists and nothing is
+    pending."""
+    return {
+        "dsn": dsn,
+        "schema": schema,
+        "sink": str(directory / "shared.jsonl"),
+        "batch_size": 50,
+        "stop_file": str(directory / "produced"),
+        **extra,
+    }
 
 
 async def holding(dsn: str, schema: str, relay_id: str, within: float = 60) -> None:
@@ -118,14 +132,8 @@ def test_three_relay_processes_share_one_postgres_outbox(
     tmp_path: Path, dsn: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     schema = asyncio.run(create_schema(dsn))
-    sink, stop = tmp_path / "shared.jsonl", tmp_path / "produced"
-    spec = {
-        "dsn": dsn,
-        "schema": schema,
-        "sink": str(sink),
-        "batch_size": 50,
-        "stop_file": str(stop),
-    }
+    spec = shared_spec(dsn, schema, tmp_path)
+    sink, stop = Path(spec["sink"]), Path(spec["stop_file"])
     try:
         relays = [start_relay({**spec, "relay_id": f"relay-{i}"}) for i in range(3)]
         try:
@@ -153,15 +161,9 @@ def test_partitioned_relays_take_over_a_killed_relays_share(
     tmp_path: Path, dsn: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     schema = asyncio.run(create_schema(dsn))
-    sink, stop = tmp_path / "shared.jsonl", tmp_path / "produced"
-    spec = {
-        "dsn": dsn,
-        "schema": schema,
-        "sink": str(sink),
-        "batch_size": 50,
-        "claim_ttl": 1.0,  # the partition lease too: the killed relay's share moves after 1 s
-        "stop_file": str(stop),
-    }
+    # claim_ttl is the partition lease too: the killed relay's share moves after 1 s.
+    spec = shared_spec(dsn, schema, tmp_path, claim_ttl=1.0)
+    sink, stop = Path(spec["sink"]), Path(spec["stop_file"])
     try:
         # The doomed relay starts first and is holding its partition before anything commits,
         # so its first acknowledged round is certain; it dies there, before the mark, holding
