@@ -309,6 +309,7 @@ RELAY = [
     "OutboxStats",
     "OutcomeKind",
     "Partition",
+    "PartitionLease",
     "Partitions",
     "PublishOutcome",
     "RelayStats",

@@ -178,7 +178,8 @@ def check_sink(sink: SinkOpt, as_json: JsonOpt = False) -> None:
 
 
 def stats(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
-    """The delivery backlog: pending, claimed, dead, delivered, oldest pending age."""
+    """The delivery backlog: pending, claimed, dead, delivered, oldest pending age, and the
+    relay partition leases (who holds which share, and whether the lease is live)."""
 
     async def body() -> Any:
         async with open_store(store) as opened:
@@ -198,6 +199,17 @@ def stats(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
                 ("blocked threads", data.blocked_threads),
             ]
         )
+        if data.partitions:
+            rows = [
+                [
+                    f"{p.index}/{p.count}",
+                    p.holder,
+                    p.held_until.isoformat(),
+                    "yes" if p.live else "no",
+                ]
+                for p in data.partitions
+            ]
+            print_table(["partition", "holder", "held until", "live"], rows, ids=("holder",))
 
     emit(as_json, data, human)
 

@@ -58,6 +58,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from .errors import ConfigurationError
@@ -69,6 +70,7 @@ __all__ = [
     "OutboxSource",
     "OutboxStats",
     "Partition",
+    "PartitionLease",
     "Partitions",
     "served_partitions",
 ]
@@ -138,6 +140,18 @@ def served_partitions(own: Partition, held: bool, live: Iterable[int]) -> Partit
 
 
 @dataclass(frozen=True, slots=True)
+class PartitionLease:
+    """A relay's lease on a partition, as the store keeps it (``outbox stats``): a lease that is
+    not ``live`` any more stays listed until a relay takes the partition again."""
+
+    count: int
+    index: int
+    holder: str
+    held_until: datetime
+    live: bool
+
+
+@dataclass(frozen=True, slots=True)
 class OutboxStats:
     """Delivery backlog of an outbox, for monitoring and the ``stats`` command."""
 
@@ -153,6 +167,8 @@ class OutboxStats:
     """Seconds since the oldest pending event occurred (``None`` when nothing is pending)."""
     blocked_threads: int = 0
     """Threads held back by a dead event (their later events wait for ``requeue``)."""
+    partitions: tuple[PartitionLease, ...] = ()
+    """Relay partition leases, by partition count and index (given up ones are gone)."""
 
 
 @runtime_checkable

@@ -14,7 +14,14 @@ The store is any ``OutboxSource`` (``open_durability(url)`` gives one for SQLite
 and memory URLs); the command line is ``intention-kernel outbox ...``.
 """
 
-from ..contracts.outbox import OutboxNotifier, OutboxSource, OutboxStats, Partition, Partitions
+from ..contracts.outbox import (
+    OutboxNotifier,
+    OutboxSource,
+    OutboxStats,
+    Partition,
+    PartitionLease,
+    Partitions,
+)
 from ..contracts.sinks import EventSink, OutcomeKind, PublishOutcome
 from ._backoff import Backoff
 from ._relay import BatchReport, OutboxRelay, RelayStats
@@ -32,6 +39,7 @@ __all__ = [
     "OutboxStats",
     "OutcomeKind",
     "Partition",
+    "PartitionLease",
     "Partitions",
     "PublishOutcome",
     "RelayStats",

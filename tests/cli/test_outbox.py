@@ -12,7 +12,7 @@ import pytest
 
 from intention_kernel.cli._app import run
 from intention_kernel.cli._common import CliError, parse_duration
-from intention_kernel.relay import OutboxSource
+from intention_kernel.relay import OutboxSource, Partition
 
 from .conftest import Seeded
 from .support import cli
@@ -140,3 +140,46 @@ def test_parse_duration_refuses(text: str) -> None:
     with pytest.raises(CliError) as caught:
         parse_duration(text)
     assert caught.value.code == "INVALID_DURATION"
+
+
+def test_a_partitioned_relay_once_gives_its_lease_up_and_stats_list_leases(
+    seeded: Seeded, tmp_path: Path
+) -> None:
+    env = {"IK_STORE": seeded.store}
+    sink = tmp_path / "events.jsonl"
+    once = cli(
+        "outbox",
+        "relay",
+        "--sink",
+        sink.as_uri(),
+        "--partition",
+        "0/1",
+        "--once",
+        "--json",
+        env=env,
+    )
+    assert once.exit_code == 0, once.stderr
+    assert json.loads(once.stdout)["delivered"] == 4  # one partition of one: every thread
+    stats = cli("outbox", "stats", "--json", env=env)
+    assert json.loads(stats.stdout)["partitions"] == []  # the lease was given up on exit
+
+    async def hold() -> None:
+        store = await seeded.open()
+        try:
+            assert isinstance(store, OutboxSource)
+            await store.hold_partition("relay-x", Partition(1, 2), lease=60)
+        finally:
+            await store.close()
+
+    asyncio.run(hold())
+    [lease] = json.loads(cli("outbox", "stats", "--json", env=env).stdout)["partitions"]
+    assert (lease["count"], lease["index"], lease["holder"], lease["live"]) == (
+        2,
+        1,
+        "relay-x",
+        True,
+    )
+    human = cli("outbox", "stats", env=env)
+    assert human.exit_code == 0 and "1/2" in human.stdout and "relay-x" in human.stdout
+    bad = cli("outbox", "relay", "--sink", sink.as_uri(), "--partition", "2/2", env=env)
+    assert bad.exit_code == 2 and "i/n" in bad.stderr + bad.stdout

@@ -10,7 +10,13 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from ...contracts.events import StoredEvent
-from ...contracts.outbox import OutboxStats, Partition, Partitions, served_partitions
+from ...contracts.outbox import (
+    OutboxStats,
+    Partition,
+    PartitionLease,
+    Partitions,
+    served_partitions,
+)
 from .._outbox_rules import Candidate, claimable, failed_attempt, may_hold_partition
 from .._writes import utc_now
 from ._state import Delivery, MemoryStore
@@ -194,7 +200,13 @@ class MemoryOutbox:
                 if oldest is None or state.occurred_at < oldest:
                     oldest = state.occurred_at
         age = None if oldest is None else max(0.0, (now - oldest).total_seconds())
-        return OutboxStats(pending, claimed, dead, delivered, age, blocked_threads=len(blocked))
+        leases = tuple(
+            PartitionLease(count, index, holder, until, until > now)
+            for (count, index), (holder, until) in sorted(self.state.relay_partitions.items())
+        )
+        return OutboxStats(
+            pending, claimed, dead, delivered, age, blocked_threads=len(blocked), partitions=leases
+        )
 
     def _delivery_at(self, position: int) -> Delivery | None:
         if not 1 <= position <= len(self.state.outbox):

@@ -28,7 +28,13 @@ from typing import Any
 
 from ...contracts.errors import CheckpointCorruptError, DurabilityError
 from ...contracts.events import KernelEvent, StoredEvent
-from ...contracts.outbox import OutboxStats, Partition, Partitions, served_partitions
+from ...contracts.outbox import (
+    OutboxStats,
+    Partition,
+    PartitionLease,
+    Partitions,
+    served_partitions,
+)
 from .._documents import decode_model, unreadable, unreadable_event
 from ._connection import PgConnection
 from ._outbox_sql import OutboxStatements
@@ -169,6 +175,7 @@ class PostgresOutbox:
                 raise
             row = await self._db.fetchrow(self._outbox_sql.stats_tolerant)  # an unreadable row
         age = row["oldest_age"]
+        leases = await self._db.fetch(self._outbox_sql.partition_leases)
         return OutboxStats(
             pending=row["pending"],
             claimed=row["claimed"],
@@ -176,4 +183,5 @@ class PostgresOutbox:
             delivered=row["delivered"],
             oldest_pending_age=None if age is None else max(0.0, float(age)),
             blocked_threads=row["blocked_threads"],
+            partitions=tuple(PartitionLease(*lease) for lease in leases),
         )

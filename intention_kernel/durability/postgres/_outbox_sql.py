@@ -88,6 +88,9 @@ WITH took AS (
 SELECT EXISTS (SELECT 1 FROM took) AS mine,
        array(SELECT partition FROM {q}.relay_partitions
              WHERE partitions = $2 AND partition <> $3 AND held_until > now()) AS live"""
+        self.partition_leases = f"""
+SELECT partitions, partition, holder, held_until, held_until > now() AS live
+FROM {q}.relay_partitions ORDER BY partitions, partition"""
         self.release_partition = f"""
 DELETE FROM {q}.relay_partitions WHERE partitions = $2 AND partition = $3 AND holder = $1"""
         # $1 position, $2 relay, $3 reason: an unreadable row this relay just claimed.

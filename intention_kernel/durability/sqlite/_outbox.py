@@ -20,7 +20,13 @@ from datetime import UTC, datetime, timedelta
 
 from ...contracts.errors import CheckpointCorruptError
 from ...contracts.events import KernelEvent, StoredEvent
-from ...contracts.outbox import OutboxStats, Partition, Partitions, served_partitions
+from ...contracts.outbox import (
+    OutboxStats,
+    Partition,
+    PartitionLease,
+    Partitions,
+    served_partitions,
+)
 from .._documents import decode_model, unreadable, unreadable_event
 from .._outbox_rules import Candidate, claimable, failed_attempt, may_hold_partition
 from .._writes import utc_now
@@ -299,8 +305,23 @@ class SQLiteOutbox:
                     first = next((e.event.occurred_at for e in readable), None)
                     open_rows.close()
                     age = None if first is None else max(0.0, (now - first).total_seconds())
+                leases = tuple(
+                    PartitionLease(
+                        count,
+                        index,
+                        holder,
+                        _EPOCH_US + timedelta(microseconds=until),
+                        until > _us(now),
+                    )
+                    for count, index, holder, until in conn.execute(
+                        "SELECT partitions, partition, holder, held_until"
+                        " FROM ik_relay_partitions ORDER BY partitions, partition"
+                    )
+                )
             finally:
                 conn.execute("COMMIT")
-            return OutboxStats(pending, claimed, dead, delivered, age, blocked_threads=blocked)
+            return OutboxStats(
+                pending, claimed, dead, delivered, age, blocked_threads=blocked, partitions=leases
+            )
 
         return await self._db.read(read, what="outbox stats")

@@ -148,3 +148,20 @@ class OutboxPartitionConformance:
             2,
         }
         assert len(await store.claim("relay-c", limit=100, lease=30)) == 8
+
+    @outbox_test
+    async def test_outbox_stats_list_the_partition_leases(self, h: OutboxHarness) -> None:
+        store = await h.open()
+        assert (await store.outbox_stats()).partitions == ()
+        await store.hold_partition("relay-a", Partition(0, 2), lease=30)
+        await store.hold_partition("relay-b", Partition(1, 2), lease=h.claim_ttl)
+        await asyncio.sleep(h.claim_ttl * 1.5)
+        leases = (await store.outbox_stats()).partitions
+        assert [(p.count, p.index, p.holder, p.live) for p in leases] == [
+            (2, 0, "relay-a", True),
+            (2, 1, "relay-b", False),  # expired, listed until a relay takes it again
+        ]
+        assert leases[0].held_until > leases[1].held_until
+        await store.release_partition("relay-a", Partition(0, 2))
+        left = (await store.outbox_stats()).partitions
+        assert [(p.index, p.holder) for p in left] == [(1, "relay-b")]
