@@ -176,22 +176,19 @@ class PostgresInbox:
         return bool(row["committed"])
 
     async def get(self, thread_id: str, turn_id: str) -> InboxRequest | None:
-        if self._reads is not self._db:
-            row = await settled_first(
-                self._reads,
-                self._db,
-                lambda db: db.fetchrow(
-                    self._inbox_sql.get if db is self._db else self._inbox_sql.get_settled,
-                    thread_id,
-                    turn_id,
-                ),
-                _settled_request,
-            )
-            if row is None or row["position"] is None:
-                return None
-            return decode_request(row)
-        row = await self._db.fetchrow(self._inbox_sql.get, thread_id, turn_id)
-        return None if row is None else decode_request(row)
+        row = await settled_first(
+            self._reads,
+            self._db,
+            lambda db: db.fetchrow(
+                self._inbox_sql.get if db is self._db else self._inbox_sql.get_settled,
+                thread_id,
+                turn_id,
+            ),
+            _settled_request,
+        )
+        if row is None or row["position"] is None:  # no request (the read pool's NULL row)
+            return None
+        return decode_request(row)
 
     async def list_requests(
         self,
@@ -278,25 +275,20 @@ class PostgresInbox:
     async def read_progress(
         self, thread_id: str, turn_id: str, after: int, limit: int
     ) -> list[ProgressEntry]:
-        if self._reads is not self._db:
-            rows = await settled_first(
-                self._reads,
-                self._db,
-                lambda db: db.fetch(
-                    self._inbox_sql.read_progress
-                    if db is self._db
-                    else self._inbox_sql.read_progress_settled,
-                    thread_id,
-                    turn_id,
-                    after,
-                    limit,
-                ),
-                lambda found: bool(found) and bool(found[0]["committed"]),
-            )
-        else:
-            rows = await self._db.fetch(
-                self._inbox_sql.read_progress, thread_id, turn_id, after, limit
-            )
+        rows = await settled_first(
+            self._reads,
+            self._db,
+            lambda db: db.fetch(
+                self._inbox_sql.read_progress
+                if db is self._db
+                else self._inbox_sql.read_progress_settled,
+                thread_id,
+                turn_id,
+                after,
+                limit,
+            ),
+            lambda found: bool(found) and bool(found[0]["committed"]),
+        )
         return [decode_progress(r["seq"], r["item"]) for r in rows if r["seq"] is not None]
 
     async def prune_progress(self, older_than: datetime) -> int:
@@ -305,7 +297,7 @@ class PostgresInbox:
 
 def _settled_request(row: Any) -> bool:
     """A read pool's answer holds: the request is done, or the turn committed without one."""
-    if row is None:  # the primary's plain read (not asked here) or no answer
+    if row is None:  # no answer
         return False
     if row["position"] is None:
         return bool(row["committed"])

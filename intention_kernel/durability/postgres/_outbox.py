@@ -84,8 +84,8 @@ class PostgresOutbox:
         if partitions is None:
             return await self._claim(self._outbox_sql.claim, relay_id, limit, lease)
         claimed: list[StoredEvent] = []
+        statement = self._outbox_sql.claim_in(partitions.count)
         for index in sorted(partitions.served):  # one partition's index probe at a time
-            statement = self._outbox_sql.claim_in(partitions.count)
             claimed += await self._claim(statement, relay_id, limit - len(claimed), lease, index)
             if len(claimed) >= limit:
                 break

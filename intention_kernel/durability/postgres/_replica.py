@@ -18,11 +18,23 @@ from typing import TypeVar
 from ...contracts.errors import DurabilityError
 from ._connection import PgConnection
 
-__all__ = ["settled_first"]
+__all__ = ["from_reads", "settled_first"]
 
 log = logging.getLogger("intention_kernel.postgres")
 
 T = TypeVar("T")
+
+
+async def from_reads(reads: PgConnection, read: Callable[[PgConnection], Awaitable[T]]) -> T | None:
+    """``read`` on the read pool; ``None`` when the pool did not answer (down or busy: a
+    retryable error), so the caller goes to the primary instead."""
+    try:
+        return await read(reads)
+    except DurabilityError as exc:
+        if not exc.retryable:
+            raise
+        log.debug("the read pool did not answer (%s); going to the primary", exc.code)
+        return None
 
 
 async def settled_first(
@@ -34,13 +46,7 @@ async def settled_first(
     """``read`` on the read pool if it shows the fact ``settled``, else on the primary (once,
     when the two are one pool)."""
     if reads is not primary:
-        try:
-            found = await read(reads)
-        except DurabilityError as exc:
-            if not exc.retryable:
-                raise
-            log.debug("the read pool did not answer (%s); reading the primary", exc.code)
-        else:
-            if settled(found):
-                return found
+        found = await from_reads(reads, read)
+        if found is not None and settled(found):
+            return found
     return await read(primary)

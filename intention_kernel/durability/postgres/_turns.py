@@ -39,7 +39,7 @@ from ._handoff import HandedLeases
 from ._heads import HeadTexts
 from ._lease import Heartbeat, LeaseSettings, PgLease, new_owner
 from ._renewals import Renewals
-from ._replica import settled_first
+from ._replica import from_reads, settled_first
 from ._sql import Statements
 
 __all__ = ["PostgresTurns"]
@@ -259,13 +259,9 @@ class PostgresTurns:
     async def _replayed(self, thread_id: str, turn_id: str) -> StoredTurn | None:
         """The committed turn as the read pool has it (``None``: not there, or the pool did
         not answer: the primary decides)."""
-        try:
-            row = await self._reads.fetchrow(self._sql.replay, thread_id, turn_id)
-        except DurabilityError as exc:
-            if not exc.retryable:
-                raise
-            log.debug("the read pool did not answer (%s); opening on the primary", exc.code)
-            return None
+        row = await from_reads(
+            self._reads, lambda db: db.fetchrow(self._sql.replay, thread_id, turn_id)
+        )
         return self._stored_turn(row, thread_id, turn_id)
 
     def _stored_turn(self, row: Any, thread_id: str, turn_id: str) -> StoredTurn | None:
