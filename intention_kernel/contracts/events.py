@@ -98,7 +98,10 @@ class StoredEvent(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     event: KernelEvent
-    position: int = Field(description="store-wide commit order")
+    position: int = Field(description="its place in the store (walking order across threads)")
+    revision: int = Field(
+        default=0, ge=0, description="the thread revision its turn committed (0: not recorded)"
+    )
     delivered_at: datetime | None = None
     attempts: int = 0
     last_error: str | None = None
@@ -107,6 +110,11 @@ class StoredEvent(BaseModel):
     """Why the stored event cannot be read back (``None``: it can). Then ``event`` is a
     placeholder built from the row (type ``ik.unreadable``, empty data); a relay never gets it:
     the store dead-letters it on claim, holding back its own thread only."""
+
+    @property
+    def thread_order(self) -> tuple[int, int]:
+        """Its place within its thread: the turn's revision, then the event's sequence."""
+        return (self.revision, self.event.sequence)
 
 
 def check_event_type(value: object) -> str:

@@ -5,7 +5,7 @@ deliver them at least once, in order per thread. Every method is one short trans
 transaction stays open while a sink publishes. Times (claim expiry, retry time, ages) are taken
 from the store's own clock (SQL ``now()``), never from the relay's.
 
-Delivery state of an event (by its ``position``, the store-wide commit order)::
+Delivery state of an event (by its ``position``, its place in the store)::
 
     pending --claim--> claimed --mark_delivered--> delivered --prune--> (gone)
        ^                  |  \\--record_failure (attempts < max)--> pending, due after retry_in
@@ -13,16 +13,22 @@ Delivery state of an event (by its ``position``, the store-wide commit order)::
        |                  \\--release / claim expired--> pending (attempts unchanged)
        \\------------------------ requeue(dead) <--------------------------------/
 
-**Claim rule.** ``claim(relay_id, limit, lease)`` returns, in position order, at most ``limit``
-events that are neither delivered nor dead, where each returned event ``e``:
+**Order.** A thread's events are ordered by ``(revision, sequence)``: the thread revision its
+turn committed, then the event's place in that turn (``thread_order``). Positions only spread
+the work across threads (the relay walks them in position order, older first); they are not
+trusted to order a thread, so a store numbered by several writers (a database sharded by
+thread, each node with its own sequence) keeps its threads in order all the same.
+
+**Claim rule.** ``claim(relay_id, limit, lease)`` returns at most ``limit`` events that are
+neither delivered nor dead, in ``delivery_order``, where each returned event ``e``:
 
 * is not claimed by a live claim (any relay, including this one; an expired claim counts as no
   claim, so a killed relay's events come back after ``lease`` seconds with the same event id);
 * is due (``next attempt time <= now``, or never failed);
-* has no earlier undelivered event of its thread (lower position), unless that earlier event is
-  returned in the same batch. So a batch holds, per thread, a prefix of the thread's undelivered
-  sequence; an event that is backing off, claimed by another relay **or dead** holds back the
-  later events of its own thread only (other threads keep flowing).
+* has no earlier undelivered event of its thread (in thread order), unless that earlier event
+  is returned in the same batch. So a batch holds, per thread, a prefix of the thread's
+  undelivered sequence; an event that is backing off, claimed by another relay **or dead**
+  holds back the later events of its own thread only (other threads keep flowing).
 
 Dead events keep holding their thread back because delivery is promised in order per thread: a
 consumer must never see a thread's later event before an earlier one. A dead event stays visible
@@ -72,6 +78,7 @@ __all__ = [
     "Partition",
     "PartitionLease",
     "Partitions",
+    "delivery_order",
     "served_partitions",
 ]
 
@@ -139,6 +146,21 @@ def served_partitions(own: Partition, held: bool, live: Iterable[int]) -> Partit
     return Partitions(own.count, frozenset(served))
 
 
+def delivery_order(events: Iterable[StoredEvent]) -> list[StoredEvent]:
+    """The events in position order, except that each thread's events fill its positions in
+    thread order (``StoredEvent.thread_order``): threads interleave as their positions say,
+    and a thread's events never go out of order, however its positions were numbered."""
+    by_position = sorted(events, key=lambda e: e.position)
+    by_thread: dict[str, list[StoredEvent]] = {}
+    for stored in by_position:
+        by_thread.setdefault(stored.event.thread_id, []).append(stored)
+    queues = {
+        thread: iter(sorted(rows, key=lambda e: e.thread_order))
+        for thread, rows in by_thread.items()
+    }
+    return [next(queues[stored.event.thread_id]) for stored in by_position]
+
+
 @dataclass(frozen=True, slots=True)
 class PartitionLease:
     """A relay's lease on a partition, as the store keeps it (``outbox stats``): a lease that is
@@ -178,8 +200,8 @@ class OutboxSource(Protocol):
     async def claim(
         self, relay_id: str, *, limit: int, lease: float, partitions: Partitions | None = None
     ) -> list[StoredEvent]:
-        """Claim up to ``limit`` deliverable events for ``lease`` seconds, in position order,
-        of the threads in ``partitions`` (all threads when ``None``).
+        """Claim up to ``limit`` deliverable events for ``lease`` seconds, in
+        ``delivery_order``, of the threads in ``partitions`` (all threads when ``None``).
 
         ``StoredEvent.attempts`` and ``last_error`` reflect earlier failed attempts.
         """

@@ -78,8 +78,10 @@ def claimable(
     partitions: Partitions | None = None,
 ) -> list[int]:
     """Positions to claim, from undelivered events in position order: per thread a prefix of
-    its undelivered sequence. A dead, live-claimed or not-yet-due event holds back the later
-    events of its own thread only. Threads outside ``partitions`` are not looked at."""
+    its undelivered sequence. For stores with one writer, whose positions follow each thread's
+    order (``contracts.outbox``); PostgreSQL's claim does not rely on that. A dead,
+    live-claimed or not-yet-due event holds back the later events of its own thread only.
+    Threads outside ``partitions`` are not looked at."""
     held_back: set[str] = set()
     chosen: list[int] = []
     for event in candidates:

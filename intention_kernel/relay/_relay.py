@@ -46,7 +46,13 @@ from .._crashpoints import RelayCrashPoint, crash_point
 from ..contracts.errors import ConfigurationError, KernelError
 from ..contracts.events import KernelEvent, StoredEvent
 from ..contracts.ids import new_id
-from ..contracts.outbox import OutboxNotifier, OutboxSource, OutboxStats, Partition
+from ..contracts.outbox import (
+    OutboxNotifier,
+    OutboxSource,
+    OutboxStats,
+    Partition,
+    delivery_order,
+)
 from ..contracts.sinks import EventSink, OutcomeKind, PublishOutcome
 from ..telemetry import RelayTelemetry
 from ._backoff import Backoff
@@ -201,7 +207,7 @@ class OutboxRelay:
         if time.monotonic() >= deadline:
             return await self._give_back_slow_claim(batch, time.monotonic() - started, report)
         queues: dict[str, deque[StoredEvent]] = {}
-        for stored in batch:
+        for stored in delivery_order(batch):  # whatever order the source returned
             queues.setdefault(stored.event.thread_id, deque()).append(stored)
         while queues and not self._stopping.is_set() and not report.sink_unavailable:
             if time.monotonic() >= deadline:  # the claim would expire mid-round: give it back
@@ -259,7 +265,7 @@ class OutboxRelay:
         """Publish the head of every thread (the whole batch to a sink that ``keeps_order``),
         acknowledge what went out, and take a failed thread's events out of the batch."""
         if self._keeps_order:
-            sent_now = sorted((e for queue in queues.values() for e in queue), key=_position)
+            sent_now = delivery_order(e for queue in queues.values() for e in queue)
         else:
             sent_now = [queue[0] for queue in queues.values()]
         outcomes = await self._publish([stored.event for stored in sent_now])
@@ -385,7 +391,3 @@ class OutboxRelay:
                 waiter.cancel()
             await asyncio.gather(*waiters, return_exceptions=True)
             self._woken.clear()
-
-
-def _position(stored: StoredEvent) -> int:
-    return stored.position

@@ -222,14 +222,21 @@ async def test_migration_4_drops_the_repeated_outbox_index(dsn: str, schema: str
     conn = await asyncpg.connect(dsn)
     try:
         found = await outbox_indexes(conn, schema)
-        assert "outbox_by_thread" not in found and "outbox_open_by_thread" in found
+        assert "outbox_by_thread" not in found and "outbox_open_in_thread" in found
         # A schema at version 3 (the index still there) is brought to 4.
         await conn.execute(
             f'CREATE INDEX outbox_by_thread ON "{schema}".outbox (thread_id, position)'
         )
-        # ... and back to version 3: migrations 5 to 10 undone as well, so all run again.
+        # ... and back to version 3: migrations 5 to 11 undone as well, so all run again.
         await conn.execute(
-            f'ALTER TABLE "{schema}".heads DROP COLUMN agent_fingerprint,'
+            f'DROP INDEX "{schema}".outbox_open_in_thread;'
+            f' ALTER TABLE "{schema}".outbox DROP COLUMN revision, DROP CONSTRAINT outbox_pkey,'
+            " ADD PRIMARY KEY (position);"
+            f' CREATE INDEX outbox_open_by_thread ON "{schema}".outbox (thread_id, position)'
+            " WHERE delivered_at IS NULL;"
+            f' ALTER TABLE "{schema}".reconciliations DROP CONSTRAINT reconciliations_pkey,'
+            " ADD PRIMARY KEY (position);"
+            f' ALTER TABLE "{schema}".heads DROP COLUMN agent_fingerprint,'
             " DROP COLUMN pending_interaction;"
             f' DROP INDEX "{schema}".receipts_open;'
             f' DROP TABLE "{schema}".inbox, "{schema}".progress CASCADE;'

@@ -51,8 +51,9 @@ def test_a_schema_1_database_is_upgraded_with_its_outbox_kept(tmp_path: Path) ->
 
     asyncio.run(write())
     conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute("DROP TABLE ik_relay_partitions")  # back to schema 7 by hand
-    conn.execute("DROP TABLE ik_schedules")  # back to schema 6 by hand
+    conn.execute("ALTER TABLE ik_outbox DROP COLUMN revision")  # back to schema 7 by hand
+    conn.execute("DROP TABLE ik_relay_partitions")  # back to schema 6 by hand
+    conn.execute("DROP TABLE ik_schedules")  # back to schema 5 by hand
     conn.execute("DROP TABLE ik_timers")
     for table in ("counters", "reservations", "limits"):  # back to schema 4 by hand
         conn.execute(f"DROP TABLE ik_budget_{table}")
@@ -72,13 +73,13 @@ def test_a_schema_1_database_is_upgraded_with_its_outbox_kept(tmp_path: Path) ->
     conn.execute("DELETE FROM ik_schema WHERE version > 1")
     conn.close()
 
-    async def upgrade() -> list[int]:
+    async def upgrade() -> list[tuple[int, int]]:
         store = await SQLiteDurability.open(path)
         batch = await store.claim("relay-a", limit=10, lease=30)
         await store.close()
-        return [e.event.sequence for e in batch]
+        return [e.thread_order for e in batch]
 
-    assert asyncio.run(upgrade()) == [0, 1]
+    assert asyncio.run(upgrade()) == [(1, 0), (1, 1)]  # the turn's revision, filled in
     conn = sqlite3.connect(path)
     assert conn.execute("SELECT max(version) FROM ik_schema").fetchone()[0] == SCHEMA_VERSION
     conn.close()

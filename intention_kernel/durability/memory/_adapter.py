@@ -139,7 +139,7 @@ class MemoryTurns:
         for event, text in zip(commit.events, commit.events_json, strict=True):
             self.state.outbox.append(text)
             self.state.deliveries[len(self.state.outbox)] = Delivery(
-                event.thread_id, event.occurred_at
+                event.thread_id, event.occurred_at, revision
             )
 
     async def read_turn(self, thread_id: str, turn_id: str) -> StoredTurn | None:

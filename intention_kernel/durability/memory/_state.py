@@ -28,6 +28,8 @@ class Delivery:
 
     thread_id: str
     occurred_at: datetime
+    revision: int = 0
+    """The thread revision its turn committed."""
     delivered_at: datetime | None = None
     attempts: int = 0
     last_error: str | None = None
@@ -114,7 +116,10 @@ class MemoryStore:
             event, _ = self.readable(position)
             if event is None:
                 return None
-            state = Delivery(event.thread_id, event.occurred_at)
+            turn = self.turns.get((event.thread_id, event.turn_id))
+            state = Delivery(
+                event.thread_id, event.occurred_at, 0 if turn is None else turn.revision
+            )
             self.deliveries[position] = state
         return state
 
@@ -126,6 +131,7 @@ class MemoryStore:
         return StoredEvent(
             event=event,
             position=position,
+            revision=state.revision,
             delivered_at=state.delivered_at,
             attempts=state.attempts,
             last_error=state.last_error,

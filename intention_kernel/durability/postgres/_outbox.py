@@ -4,17 +4,18 @@ Every method is one statement, so one short transaction; no transaction stays op
 publishes. Times come from the server clock (``now()``, the statement's transaction start).
 
 Positions come from a ``bigserial`` taken at INSERT time, not at COMMIT: across threads a lower
-position can become visible after a higher one. Within a thread they follow commit order (the
-lease and the head revision serialize a thread's commits, and a turn inserts its events in
-sequence order), which is all the claim rule needs: it compares positions only within a thread.
+position can become visible after a higher one. A thread's order is ``(revision, sequence)``
+(``contracts.outbox``): on one database positions follow it, but the claim does not rely on
+that, so a schema distributed by thread (docs/scale-out.md) keeps each thread in order.
 
 ``claim`` walks the undelivered rows in position order against the statement's snapshot, one
 index probe per step, and stops when the batch is full: a thread is held back from its first
 row that is dead, live-claimed or backing off, and its later rows are skipped. Its cost is the
-batch plus the held-back threads, whatever the backlog or the planner's statistics. The taken
-rows are then locked with ``FOR UPDATE SKIP LOCKED`` (relays never wait on each other), and a
-row is kept only if no earlier taken row of its thread was skipped: SKIP LOCKED silently skips
-rows another transaction holds (a concurrent claim, mark or failure), and without that check a
+batch plus the held-back threads, whatever the backlog or the planner's statistics. Each
+thread's share of the walk is then taken as its first rows in thread order, locked with
+``FOR UPDATE SKIP LOCKED`` (relays never wait on each other), and a row is kept only if no
+earlier row of its thread was skipped or found held back: SKIP LOCKED silently skips rows
+another transaction holds (a concurrent claim, mark or failure), and without that check a
 skipped row would let a later row of its thread out of order. A claimed row that cannot be
 read back is dead-lettered at once (its reason in ``last_error``) with the rest of its thread's
 batch given back, so it holds back its own thread only; reads list it as a placeholder.
@@ -33,6 +34,7 @@ from ...contracts.outbox import (
     Partition,
     PartitionLease,
     Partitions,
+    delivery_order,
     served_partitions,
 )
 from .._documents import decode_model, unreadable, unreadable_event
@@ -62,6 +64,7 @@ def stored_event(row: Any) -> StoredEvent:
     return StoredEvent(
         event=event,
         position=row["position"],
+        revision=row["revision"],
         delivered_at=row["delivered_at"],
         attempts=row["attempts"],
         last_error=row["last_error"],
@@ -89,13 +92,13 @@ class PostgresOutbox:
             claimed += await self._claim(statement, relay_id, limit - len(claimed), lease, index)
             if len(claimed) >= limit:
                 break
-        return sorted(claimed, key=lambda e: e.position)
+        return delivery_order(claimed)
 
     async def _claim(
         self, statement: str, relay_id: str, limit: int, lease: float, *index: int
     ) -> list[StoredEvent]:
         rows = await self._db.fetch(statement, relay_id, limit, lease, *index)
-        claimed = sorted((stored_event(r) for r in rows), key=lambda e: e.position)
+        claimed = delivery_order(stored_event(r) for r in rows)
         if all(e.corrupt is None for e in claimed):
             return claimed
         events: list[StoredEvent] = []

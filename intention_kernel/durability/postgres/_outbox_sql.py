@@ -12,7 +12,8 @@ import zlib
 __all__ = ["EVENT_COLUMNS", "OutboxStatements", "notify_channel", "partition_of"]
 
 EVENT_COLUMNS = (
-    "position, event, delivered_at, attempts, last_error, dead, thread_id, turn_id, sequence"
+    "position, event, delivered_at, attempts, last_error, dead, thread_id, turn_id, sequence,"
+    " revision"
 )
 """``SELECT`` these for ``stored_event``."""
 _RETURNING = EVENT_COLUMNS
@@ -24,6 +25,9 @@ _SYNC_ON = "(SELECT set_config('synchronous_commit', 'on', true)) IS NOT NULL"
 # scanned all of ``outbox_open_by_thread`` instead of probing the primary key: every mark,
 # release and failure then cost O(backlog), and draining a backlog O(backlog^2).
 _OPEN = "(delivered_at IS NULL) IS TRUE"
+# "Not delivered yet" for reading a thread in order: the predicate of ``outbox_open_in_thread``
+# (every revision is >= 0), which no other statement's condition implies.
+_IN_THREAD = "(o.delivered_at IS NULL) IS TRUE AND o.revision >= 0"
 # An undelivered row ``o`` that holds back its thread: dead, claimed or backing off.
 _BLOCKED = (
     "(o.dead OR coalesce(o.claimed_until > now(), false)"
@@ -129,7 +133,7 @@ WHERE dead AND ($1::bigint[] IS NULL OR position = ANY($1::bigint[]))
 DELETE FROM {s}
 WHERE delivered_at IS NOT NULL AND delivered_at < now() - make_interval(secs => $1::float8)"""
         # One statement, one snapshot. The oldest pending event is looked for among each
-        # thread's first pending event only (positions are not ordered across threads).
+        # thread's first pending event only (positions do not order threads).
         # ``stats_tolerant`` reads the times through the schema's non-failing parsers: used
         # when a pending row is not JSON (until a claim dead-letters it).
         self.stats_tolerant = self._stats(
@@ -168,7 +172,15 @@ END $$"""
         partition's index), carrying the threads held back so far (their later rows are
         skipped inside the probe) and stopping once $2 rows are taken: its cost is the batch
         plus the held-back threads, whatever the backlog and the statistics (a plain join let
-        the planner test every undelivered row first)."""
+        the planner test every undelivered row first).
+
+        The walk counts how many rows each thread gives; those are then the thread's first
+        rows in thread order (``expected``: ``outbox_open_in_thread``, ``(revision,
+        sequence)``), whatever their positions. Positions numbered in thread order (one
+        database) make them the rows walked; positions numbered apart (writers on several
+        nodes) cannot reorder a thread: ``expected`` is locked and checked again, and a
+        thread's batch ends before its first row that is held back or taken by another
+        transaction."""
         s = self._s
         return f"""
 WITH RECURSIVE walk (position, thread_id, take, taken, held) AS (
@@ -185,24 +197,35 @@ WITH RECURSIVE walk (position, thread_id, take, taken, held) AS (
           AND o.thread_id <> ALL (w.held) {served}
         ORDER BY o.position LIMIT 1) n
     WHERE w.taken < $2
+), counts AS (
+    SELECT w.thread_id, count(*) AS n FROM walk w WHERE w.take GROUP BY w.thread_id
+), expected AS (
+    SELECT c.thread_id, x.position,
+           row_number() OVER (PARTITION BY c.thread_id ORDER BY x.revision, x.sequence) AS rank
+    FROM counts c CROSS JOIN LATERAL (
+        SELECT o.position, o.revision, o.sequence FROM {s} o
+        WHERE o.thread_id = c.thread_id AND {_IN_THREAD}
+        ORDER BY o.revision, o.sequence LIMIT c.n) x
 ), candidates AS (
-    SELECT r.position, r.thread_id FROM walk w CROSS JOIN LATERAL (
-        SELECT o.position, o.thread_id FROM {s} o
-        WHERE o.position = w.position AND (o.delivered_at IS NULL) IS TRUE AND NOT {_BLOCKED}
+    SELECT e.thread_id, e.rank, r.position FROM expected e CROSS JOIN LATERAL (
+        SELECT o.position FROM {s} o
+        WHERE o.position = e.position AND o.thread_id = e.thread_id
+          AND {_OPEN} AND NOT {_BLOCKED}
         FOR UPDATE SKIP LOCKED) r
-    WHERE w.take
 ), missing AS (
-    SELECT w.thread_id, min(w.position) AS first FROM walk w
-    WHERE w.take AND NOT EXISTS (SELECT 1 FROM candidates k WHERE k.position = w.position)
-    GROUP BY w.thread_id
+    SELECT e.thread_id, min(e.rank) AS first FROM expected e
+    WHERE NOT EXISTS (SELECT 1 FROM candidates k
+                      WHERE k.position = e.position AND k.thread_id = e.thread_id)
+    GROUP BY e.thread_id
 ), chosen AS (
-    SELECT c.position FROM candidates c LEFT JOIN missing m ON m.thread_id = c.thread_id
-    WHERE m.first IS NULL OR c.position < m.first
+    SELECT c.position, c.thread_id FROM candidates c
+    LEFT JOIN missing m ON m.thread_id = c.thread_id
+    WHERE m.first IS NULL OR c.rank < m.first
 )
 UPDATE {s} u SET claimed_by = $1, claimed_until = now() + make_interval(secs => $3::float8)
-FROM chosen WHERE u.position = chosen.position
+FROM chosen WHERE u.position = chosen.position AND u.thread_id = chosen.thread_id
 RETURNING u.position, u.event, u.delivered_at, u.attempts, u.last_error, u.dead, u.thread_id,
-    u.turn_id, u.sequence"""
+    u.turn_id, u.sequence, u.revision"""
 
     @staticmethod
     def _stats(s: str, occurred_at: str) -> str:
@@ -215,6 +238,6 @@ SELECT
     (SELECT count(DISTINCT thread_id) FROM {s} WHERE dead) AS blocked_threads,
     (SELECT count(*) FROM {s} WHERE delivered_at IS NOT NULL) AS delivered,
     (SELECT extract(epoch FROM now() - min({occurred_at}))
-       FROM (SELECT DISTINCT ON (thread_id) event FROM {s}
-             WHERE delivered_at IS NULL AND NOT dead
-             ORDER BY thread_id, position) h)::float8 AS oldest_age"""
+       FROM (SELECT DISTINCT ON (o.thread_id) o.event FROM {s} o
+             WHERE {_IN_THREAD} AND NOT o.dead
+             ORDER BY o.thread_id, o.revision, o.sequence) h)::float8 AS oldest_age"""

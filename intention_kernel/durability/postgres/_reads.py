@@ -181,9 +181,10 @@ class PostgresHistory:
     async def read_outbox(
         self, thread_id: str | None, turn_id: str | None, after_position: int, limit: int
     ) -> list[StoredEvent]:
-        """Events by ``position``. Positions are unique and ordered within a thread; across
-        threads a lower position can become visible after a higher one (concurrent commits),
-        so a relay should keep a cursor per thread."""
+        """Events by ``position``. Positions are unique; across threads a lower position can
+        become visible after a higher one (concurrent commits), so a reader should keep a
+        cursor per thread. A thread's own order is ``StoredEvent.thread_order`` (one database
+        numbers positions in it too)."""
         args: list[Any] = [after_position]
         where = ["position > $1"]
         if thread_id is not None:

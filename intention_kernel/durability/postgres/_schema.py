@@ -17,6 +17,7 @@ from ...contracts.errors import ConfigurationError, ErrorCode, StoreSchemaError
 from ._errors import create_schema_hint, translated
 from ._flow_schema import FLOW_MIGRATION
 from ._schedule_schema import SCHEDULE_MIGRATION
+from ._thread_keys_schema import THREAD_KEYS_MIGRATION
 
 __all__ = ["DEFAULT_SCHEMA", "MIGRATIONS", "check_schema_name", "migrate", "verify"]
 
@@ -328,6 +329,7 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (partitions, partition)
     );
     """,
+    THREAD_KEYS_MIGRATION,  # 11: keys that hold the thread (``_thread_keys_schema``)
 )
 
 

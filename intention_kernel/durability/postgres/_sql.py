@@ -224,8 +224,8 @@ head AS (
     SELECT $1, $4, $5, $7, $8 FROM head
     RETURNING 1
 ), events AS (
-    INSERT INTO {s}.outbox (thread_id, turn_id, sequence, event)
-    SELECT $1, $4, e.sequence, e.event
+    INSERT INTO {s}.outbox (thread_id, turn_id, revision, sequence, event)
+    SELECT $1, $4, $5, e.sequence, e.event
     FROM head, unnest($9::int[], $10::text[]) WITH ORDINALITY AS e(sequence, event, n)
     ORDER BY e.n
     RETURNING 1
@@ -283,8 +283,8 @@ WITH req AS (
     INSERT INTO {s}.turns (thread_id, turn_id, revision, fingerprint, result)
     SELECT thread_id, turn_id, revision, fingerprint, result FROM moved
 ), events AS (
-    INSERT INTO {s}.outbox (thread_id, turn_id, sequence, event)
-    SELECT m.thread_id, m.turn_id, e.sequence, e.event
+    INSERT INTO {s}.outbox (thread_id, turn_id, revision, sequence, event)
+    SELECT m.thread_id, m.turn_id, m.revision, e.sequence, e.event
     FROM unnest($10::int8[], $11::int[], $12::text[]) WITH ORDINALITY AS e(k, sequence, event, n)
     JOIN moved m ON m.k = e.k
     ORDER BY e.n

@@ -36,7 +36,7 @@ __all__ = ["EVENT_COLUMNS", "SQLiteOutbox", "stored_event"]
 
 EVENT_COLUMNS = (
     "position, CAST(document AS BLOB), delivered_at, attempts, last_error, dead,"
-    " thread_id, turn_id, event_id, sequence FROM ik_outbox"
+    " thread_id, turn_id, event_id, sequence, revision FROM ik_outbox"
 )
 """``SELECT`` these for ``stored_event``."""
 _EPOCH_US = datetime(1970, 1, 1, tzinfo=UTC)
@@ -53,7 +53,9 @@ def _moment(us: int | None) -> datetime | None:
 def stored_event(row: tuple[object, ...]) -> StoredEvent:
     """The row (``EVENT_COLUMNS``) as a ``StoredEvent``; an unreadable document as a
     placeholder from the row's columns, with ``corrupt`` saying why."""
-    position, text, delivered, attempts, last_error, dead, thread, turn, event_id, sequence = row
+    position, text, delivered, attempts, last_error, dead, thread, turn, event_id, sequence = row[
+        :10
+    ]
     assert isinstance(position, int) and isinstance(text, bytes)
     corrupt = None
     try:
@@ -71,6 +73,7 @@ def stored_event(row: tuple[object, ...]) -> StoredEvent:
     return StoredEvent(
         event=event,
         position=position,
+        revision=int(str(row[10])),
         delivered_at=None if delivered is None else datetime.fromisoformat(str(delivered)),
         attempts=int(str(attempts)),
         last_error=None if last_error is None else str(last_error),

@@ -213,7 +213,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             tickets INTEGER NOT NULL
         ) WITHOUT ROWID""",
     ),
-    # 7: schedules and timers (``_schedules``): the definition a scheduler last registered, the
+    # 6: schedules and timers (``_schedules``): the definition a scheduler last registered, the
     # moment its occurrences count from and the latest occurrence dealt with; turns to submit
     # at a time (UTC ISO text).
     (
@@ -234,7 +234,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         ) WITHOUT ROWID""",
         "CREATE INDEX ik_timers_due ON ik_timers (due_at)",
     ),
-    # 8: partition leases of outbox relays (``_outbox``): holder and expiry in microseconds.
+    # 7: partition leases of outbox relays (``_outbox``): holder and expiry in microseconds.
     (
         """CREATE TABLE ik_relay_partitions (
             partitions INTEGER NOT NULL,
@@ -243,6 +243,15 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             held_until INTEGER NOT NULL,
             PRIMARY KEY (partitions, partition)
         ) WITHOUT ROWID""",
+    ),
+    # 8: the thread revision each outbox event's turn committed: a thread's events are ordered
+    # by (revision, sequence) on every store (``contracts.outbox``); here positions follow that
+    # order too (one writer), so no index reads it. Existing rows get their turn's revision.
+    (
+        "ALTER TABLE ik_outbox ADD COLUMN revision INTEGER NOT NULL DEFAULT 0",
+        """UPDATE ik_outbox SET revision = coalesce(
+            (SELECT t.revision FROM ik_turns AS t
+              WHERE t.thread_id = ik_outbox.thread_id AND t.turn_id = ik_outbox.turn_id), 0)""",
     ),
 )
 

@@ -349,10 +349,10 @@ class SQLiteTurns:
             if changed != 1:  # unreachable while the check above holds; the CAS is the guard
                 _turns.check_revision(loaded_revision, -1, thread_id=thread_id)
             conn.executemany(
-                "INSERT INTO ik_outbox (thread_id, turn_id, event_id, sequence, document)"
-                " VALUES (?, ?, ?, ?, ?)",
+                "INSERT INTO ik_outbox (thread_id, turn_id, event_id, sequence, document,"
+                " revision) VALUES (?, ?, ?, ?, ?, ?)",
                 [
-                    (thread_id, turn_id, event.id, event.sequence, text)
+                    (thread_id, turn_id, event.id, event.sequence, text, revision)
                     for event, text in zip(commit.events, commit.events_json, strict=True)
                 ],
             )
