@@ -10,9 +10,15 @@ and the table vacuumed, so every side drains the same rows from the same state. 
 its own process (``_relay_process.py``, batch 200, file sink with an ``fsync`` per batch, one
 file per process): all start, open their store and sink, say ready, and are started together;
 the time is from the start to an empty backlog (polled every 5 ms). Sides alternate within a
-repetition (forward, then backward); the ratio to one relay is taken within a repetition, then
-the median. ``machine busy`` is the share of both cores in use during the drain (``/proc/stat``:
-PostgreSQL, the relays and this script's 5 ms probe).
+repetition (forward, then backward), after one untimed drain that warms the server up; the
+ratio to one relay is taken within a repetition, then the median. ``machine busy`` is the share
+of both cores in use during the drain (``/proc/stat``: PostgreSQL, the relays and this script's
+5 ms probe).
+
+``--even`` names the 50 threads so that the store's hash splits them evenly among the relays
+(17/17/16 for 3, picked from ``t0``..``t999`` by ``hashtext``) instead of ``t0``..``t49`` (which
+it splits 12/24/14), to tell what the relays do from what the hash gives them; its results go
+to ``bench/results/relay_partitions_even.json``.
 
 Per-thread order is checked after every side: each sink file's events of a thread must come in
 (turn, sequence) order, and every event must be delivered (duplicates are allowed: delivery is
@@ -41,6 +47,7 @@ from typing import Any
 from _relay_common import commit_turn, postgres_dsn, scratch_schema
 
 from intention_kernel.durability.postgres import PostgresDurability, drop_schema
+from intention_kernel.durability.postgres._outbox_sql import partition_of
 
 HERE = Path(__file__).parent
 RESULTS = HERE / "results" / "relay_partitions.json"
@@ -48,7 +55,29 @@ THREADS = 50
 PER_TURN = 5
 
 
-async def write_backlog(dsn: str, schema: str, events: int) -> None:
+async def thread_names(dsn: str, relays: int, *, even: bool) -> list[str]:
+    """``t0``..``t49``, or (``even``) 50 names the store's partition hash spreads evenly over
+    ``relays`` partitions: the first names of ``t0``..``t999`` in each partition."""
+    if not even:
+        return [f"t{n}" for n in range(THREADS)]
+    import asyncpg
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        part = partition_of(relays, "('t' || n)")
+        rows = await conn.fetch(
+            f"SELECT 't' || n AS name, {part} AS part FROM generate_series(0, 999) AS n ORDER BY n"
+        )
+    finally:
+        await conn.close()
+    names: list[str] = []
+    for part in range(relays):
+        share = THREADS // relays + (1 if part < THREADS % relays else 0)
+        names += [r["name"] for r in rows if r["part"] == part][:share]
+    return names
+
+
+async def write_backlog(dsn: str, schema: str, events: int, names: list[str]) -> None:
     store = await PostgresDurability.open(dsn, schema=schema, setup=True, max_size=8)
     try:
         turns = events // (THREADS * PER_TURN)
@@ -56,7 +85,7 @@ async def write_backlog(dsn: str, schema: str, events: int) -> None:
         async def write(part: int) -> None:
             for turn in range(turns):
                 for thread in range(part, THREADS, 4):
-                    await commit_turn(store, f"t{thread}", f"turn-{turn:05d}", PER_TURN)
+                    await commit_turn(store, names[thread], f"turn-{turn:05d}", PER_TURN)
 
         await asyncio.gather(*(write(p) for p in range(4)))
     finally:
@@ -190,15 +219,21 @@ async def main() -> None:
     parser.add_argument("--events", type=int, default=30_000)
     parser.add_argument("--relays", type=int, default=3)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--even", action="store_true", help="threads the hash splits evenly")
     args = parser.parse_args()
+    results = RESULTS.with_name("relay_partitions_even.json") if args.even else RESULTS
     schema = scratch_schema("ik_bench_partitions")
     directory = Path(tempfile.mkdtemp(prefix="ik-relay-partitions-"))
     runs: list[dict[str, Any]] = []
     ratios: dict[str, list[float]] = {}
     load = os.getloadavg()[0]
     try:
-        await write_backlog(args.dsn, schema, args.events)
+        names = await thread_names(args.dsn, args.relays, even=args.even)
+        await write_backlog(args.dsn, schema, args.events, names)
         sides = [(1, False), (args.relays, True), (args.relays, False)]
+        # Not timed: the first drain after the backlog is written runs slower (1 relay: 13-14k
+        # events/s, then 16-17k), which favoured whichever side came first.
+        await drain(args.dsn, schema, 1, directory, partitioned=False)
         for rep in range(args.repeat):
             found: dict[str, dict[str, Any]] = {}
             for relays, partitioned in sides if rep % 2 == 0 else sides[::-1]:
@@ -235,8 +270,8 @@ async def main() -> None:
             f"{name:>26} {row['events_per_second']:>14} {row['ratio_to_one_relay']:>5.2f}x"
             f" {row['machine_busy']:>5}"
         )
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(
+    results.parent.mkdir(parents=True, exist_ok=True)
+    results.write_text(
         json.dumps(
             {
                 "benchmark": "relay_partitions",
@@ -248,6 +283,7 @@ async def main() -> None:
                     "load_at_start": round(load, 2),
                 },
                 "threads": THREADS,
+                "thread_names": "split evenly by the hash" if args.even else "t0..t49",
                 "per_turn": PER_TURN,
                 "events": args.events,
                 "batch_size": 200,
@@ -258,7 +294,7 @@ async def main() -> None:
         )
         + "\n"
     )
-    print(f"wrote {RESULTS}")
+    print(f"wrote {results}")
 
 
 if __name__ == "__main__":
