@@ -149,13 +149,19 @@ def served_partitions(own: Partition, held: bool, live: Iterable[int]) -> Partit
 def delivery_order(events: Iterable[StoredEvent]) -> list[StoredEvent]:
     """The events in position order, except that each thread's events fill its positions in
     thread order (``StoredEvent.thread_order``): threads interleave as their positions say,
-    and a thread's events never go out of order, however its positions were numbered."""
+    and a thread's events never go out of order, however its positions were numbered. A
+    thread with an event whose revision is not recorded (0: a source written before
+    revisions) keeps its position order."""
     by_position = sorted(events, key=lambda e: e.position)
     by_thread: dict[str, list[StoredEvent]] = {}
     for stored in by_position:
         by_thread.setdefault(stored.event.thread_id, []).append(stored)
     queues = {
-        thread: iter(sorted(rows, key=lambda e: e.thread_order))
+        thread: iter(
+            sorted(rows, key=lambda e: e.thread_order)
+            if all(e.revision > 0 for e in rows)
+            else rows
+        )
         for thread, rows in by_thread.items()
     }
     return [next(queues[stored.event.thread_id]) for stored in by_position]

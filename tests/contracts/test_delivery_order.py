@@ -66,3 +66,13 @@ def test_a_thread_numbered_backwards_still_goes_out_in_order() -> None:
         ("b", (1, 0)),
         ("a", (2, 1)),
     ]
+
+
+def test_a_source_that_records_no_revision_keeps_its_position_order() -> None:
+    """Revision 0 (a source written before revisions): sorting by ``(0, sequence)`` would put
+    the second turn's first event before the first turn's last one."""
+    events = [_stored(1, "a", 0, 0), _stored(2, "a", 0, 1), _stored(3, "a", 0, 0)]
+    events[2] = events[2].model_copy(
+        update={"event": events[2].event.model_copy(update={"turn_id": "turn-2", "id": "x"})}
+    )
+    assert delivery_order(reversed(events)) == events
