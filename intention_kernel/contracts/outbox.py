@@ -17,7 +17,8 @@ Delivery state of an event (by its ``position``, its place in the store)::
 turn committed, then the event's place in that turn (``thread_order``). Positions only spread
 the work across threads (the relay walks them in position order, older first); they are not
 trusted to order a thread, so a store numbered by several writers (a database sharded by
-thread, each node with its own sequence) keeps its threads in order all the same.
+thread, each node with its own sequence) keeps its threads in order all the same. A source
+that records no revision (0) is taken to number each thread in order.
 
 **Claim rule.** ``claim(relay_id, limit, lease)`` returns at most ``limit`` events that are
 neither delivered nor dead, in ``delivery_order``, where each returned event ``e``:
