@@ -8,19 +8,16 @@ claim with room for everything takes every thread that is free to go, all of it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from intention_kernel.durability._outbox_rules import Candidate, claimable
-from intention_kernel.durability.postgres import PostgresDurability
 from intention_kernel.durability.postgres._outbox_sql import OutboxStatements
-from tests.support.postgres import drop_schema, scratch_schema
+from tests.durability.conftest import open_store
 
 _STATES = ("pending", "dead", "backing_off", "claimed")
 _EVENT = (
@@ -88,13 +85,6 @@ def _numbered_in_thread_order(outbox: list[tuple[int, Row]]) -> bool:
     return all(orders == sorted(orders) for orders in by_thread.values())
 
 
-@pytest.fixture
-def pg_schema(dsn: str) -> Iterator[str]:
-    name = scratch_schema("ik_claim_prop")
-    yield name
-    asyncio.run(drop_schema(dsn, name))
-
-
 async def _claim(
     conn: asyncpg.Connection, schema: str, outbox: list[tuple[int, Row]], limit: int
 ) -> set[int]:
@@ -127,9 +117,9 @@ async def _claim(
     return {r["position"] for r in found}
 
 
-def test_claims_keep_each_thread_in_order_however_it_is_numbered(dsn: str, pg_schema: str) -> None:
+def test_claims_keep_each_thread_in_order_however_it_is_numbered(dsn: str, schema: str) -> None:
     loop = asyncio.new_event_loop()
-    store = loop.run_until_complete(PostgresDurability.open(dsn, schema=pg_schema, setup=True))
+    store = loop.run_until_complete(open_store(dsn, schema))
     conn = loop.run_until_complete(asyncpg.connect(dsn))
 
     @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -137,7 +127,7 @@ def test_claims_keep_each_thread_in_order_however_it_is_numbered(dsn: str, pg_sc
     def check(case: tuple[list[tuple[int, Row]], int]) -> None:
         outbox, limit = case
         seen.append(_numbered_in_thread_order(outbox))
-        taken = loop.run_until_complete(_claim(conn, pg_schema, outbox, limit))
+        taken = loop.run_until_complete(_claim(conn, schema, outbox, limit))
         assert len(taken) <= limit
         position_of = {id(row): position for position, row in outbox}
         rows = [row for _, row in outbox]

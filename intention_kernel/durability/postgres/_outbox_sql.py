@@ -17,6 +17,8 @@ EVENT_COLUMNS = (
 )
 """``SELECT`` these for ``stored_event``."""
 _RETURNING = EVENT_COLUMNS
+_RETURNING_UPDATED = ", ".join(f"u.{column.strip()}" for column in EVENT_COLUMNS.split(","))
+"""``EVENT_COLUMNS`` of the claim's updated rows (``u``)."""
 # An init-plan: evaluated once per statement, transaction-local (works behind a pooler).
 _SYNC_ON = "(SELECT set_config('synchronous_commit', 'on', true)) IS NOT NULL"
 # "Not delivered yet" for statements that find rows by position: written so that it does not
@@ -224,8 +226,7 @@ WITH RECURSIVE walk (position, thread_id, take, taken, held) AS (
 )
 UPDATE {s} u SET claimed_by = $1, claimed_until = now() + make_interval(secs => $3::float8)
 FROM chosen WHERE u.position = chosen.position AND u.thread_id = chosen.thread_id
-RETURNING u.position, u.event, u.delivered_at, u.attempts, u.last_error, u.dead, u.thread_id,
-    u.turn_id, u.sequence, u.revision"""
+RETURNING {_RETURNING_UPDATED}"""
 
     @staticmethod
     def _stats(s: str, occurred_at: str) -> str:

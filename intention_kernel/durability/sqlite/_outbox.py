@@ -46,16 +46,30 @@ def _us(moment: datetime) -> int:
     return (moment - _EPOCH_US) // timedelta(microseconds=1)
 
 
+def _at(us: int) -> datetime:
+    return _EPOCH_US + timedelta(microseconds=us)
+
+
 def _moment(us: int | None) -> datetime | None:
-    return None if us is None else _EPOCH_US + timedelta(microseconds=us)
+    return None if us is None else _at(us)
 
 
 def stored_event(row: tuple[object, ...]) -> StoredEvent:
     """The row (``EVENT_COLUMNS``) as a ``StoredEvent``; an unreadable document as a
     placeholder from the row's columns, with ``corrupt`` saying why."""
-    position, text, delivered, attempts, last_error, dead, thread, turn, event_id, sequence = row[
-        :10
-    ]
+    (
+        position,
+        text,
+        delivered,
+        attempts,
+        last_error,
+        dead,
+        thread,
+        turn,
+        event_id,
+        sequence,
+        revision,
+    ) = row
     assert isinstance(position, int) and isinstance(text, bytes)
     corrupt = None
     try:
@@ -73,7 +87,7 @@ def stored_event(row: tuple[object, ...]) -> StoredEvent:
     return StoredEvent(
         event=event,
         position=position,
-        revision=int(str(row[10])),
+        revision=int(str(revision)),
         delivered_at=None if delivered is None else datetime.fromisoformat(str(delivered)),
         attempts=int(str(attempts)),
         last_error=None if last_error is None else str(last_error),
@@ -309,13 +323,7 @@ class SQLiteOutbox:
                     open_rows.close()
                     age = None if first is None else max(0.0, (now - first).total_seconds())
                 leases = tuple(
-                    PartitionLease(
-                        count,
-                        index,
-                        holder,
-                        _EPOCH_US + timedelta(microseconds=until),
-                        until > _us(now),
-                    )
+                    PartitionLease(count, index, holder, _at(until), until > _us(now))
                     for count, index, holder, until in conn.execute(
                         "SELECT partitions, partition, holder, held_until"
                         " FROM ik_relay_partitions ORDER BY partitions, partition"
