@@ -30,7 +30,7 @@ it may be lost in a crash. The committed turn result is the truth.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -140,13 +140,17 @@ class InboxStats:
 
 class Wakeup(Protocol):
     """An in-process wake-up: ``wait(mark(), timeout)`` returns once ``fire()`` was called
-    after ``mark()``, or after ``timeout`` seconds (other processes are found by polling)."""
+    after ``mark()``, or after ``timeout`` seconds (other processes are found by polling).
+    ``subscribe(callback)`` calls ``callback`` at every ``fire()`` until the returned
+    function is called: for a waiter that also waits for other things (a worker)."""
 
     def mark(self) -> int: ...
 
     def fire(self) -> None: ...
 
     async def wait(self, mark: int, timeout: float) -> None: ...  # noqa: ASYNC109
+
+    def subscribe(self, callback: Callable[[], None]) -> Callable[[], None]: ...
 
 
 @runtime_checkable

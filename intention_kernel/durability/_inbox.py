@@ -43,6 +43,7 @@ class Signal:
     def __init__(self) -> None:
         self._generation = 0
         self._event = asyncio.Event()
+        self._callbacks: list[Callable[[], None]] = []
 
     def mark(self) -> int:
         return self._generation
@@ -51,6 +52,18 @@ class Signal:
         self._generation += 1
         self._event.set()
         self._event = asyncio.Event()
+        for callback in self._callbacks:
+            callback()
+
+    def subscribe(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` at every ``fire`` (a worker's wake-up, without a task per wait)
+        until the returned function is called."""
+        self._callbacks = [*self._callbacks, callback]
+
+        def unsubscribe() -> None:
+            self._callbacks = [c for c in self._callbacks if c is not callback]
+
+        return unsubscribe
 
     async def wait(self, mark: int, timeout: float) -> None:  # noqa: ASYNC109 - a poll bound
         if self._generation != mark:

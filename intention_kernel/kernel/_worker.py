@@ -149,12 +149,15 @@ class Worker:
         self.completed = 0
         """Requests this worker finished (done, released or dead), for tests and metrics."""
         self._giving_back: set[asyncio.Task[None]] = set()
+        self._waiter: asyncio.Future[None] | None = None  # the claim loop's pause
+        self._submits = False  # a submit in this process since the claim loop last looked
         self.scheduler = scheduler
         """Submits the agent's schedules' occurrences while the worker runs (``None``: none)."""
 
     def stop(self) -> None:
         """Drain: claim nothing more; ``run`` returns once running turns ended (or ``grace``)."""
         self._stopping.set()
+        self._wake()
 
     @property
     def running(self) -> int:
@@ -215,10 +218,12 @@ class Worker:
         self._live = True
         if self._local is not None:
             self._local.add(self)
+        unsubscribe = self.inbox.submitted.subscribe(self._submitted)
         try:
             await self._claim_loop()
             await self._drain()
         finally:
+            unsubscribe()
             self._live = False
             if self._local is not None:
                 self._local.discard(self)
@@ -246,7 +251,7 @@ class Worker:
         poll_at = loop.time()
         hint, behind = True, False
         while not self._stopping.is_set():
-            mark = self.inbox.submitted.mark()
+            self._submits = False
             if loop.time() >= poll_at:
                 hint = True
             if hint and self._free():
@@ -265,26 +270,40 @@ class Worker:
             # Wait for a submit in this process, a slot, a stop, or the polling interval
             # (other processes' submits), backing off a little while nothing is found.
             wait = max(poll_at - loop.time(), 0.0) if not hint else settings.poll_interval
-            polled = asyncio.ensure_future(self.inbox.submitted.wait(mark, wait))
-            waits: list[asyncio.Future[Any]] = [
-                polled,
-                asyncio.ensure_future(self._stopping.wait()),
-            ]
-            waits.extend(asyncio.ensure_future(asyncio.wait({t})) for t in self._running.values())
-            try:
-                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for waiter in waits:
-                    waiter.cancel()
-            if polled.done() and not polled.cancelled() and self.inbox.submitted.mark() != mark:
+            await self._pause(wait)
+            if self._submits:
                 hint = True
             elif behind and self._free():
                 hint, behind = True, False
+
+    async def _pause(self, seconds: float) -> None:
+        """Until ``_wake`` (a submit in this process, a turn's end, ``stop``) or ``seconds``:
+        one future, not a task per thing waited for (a worker waits once per turn)."""
+        if self._submits or self._stopping.is_set():
+            return
+        loop = asyncio.get_running_loop()
+        self._waiter = waiter = loop.create_future()
+        timer = loop.call_later(seconds, self._wake)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._waiter = None
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _submitted(self) -> None:
+        self._submits = True
+        self._wake()
 
     def _finished(self, key: tuple[str, str], _: object) -> None:
         self._running.pop(key, None)
         self._committed.discard(key)
         self.completed += 1
+        self._wake()
 
     async def _drain(self) -> None:
         if not self._running:

@@ -96,3 +96,48 @@ async def test_closing_the_store_gives_back_the_leases_no_turn_took_up(
     await submit_claimed(store, "t1", "u1")
     await store.close()
     assert (await lease_row(dsn, schema, "t1"))["released"]
+
+
+async def test_submits_that_claim_together_go_as_one_statement_each_with_its_outcome(
+    dsn: str, schema: str
+) -> None:
+    """Submits that queue while one is in flight share a statement; each still gets its own
+    request, claim and lease (a new thread), a pending request (a thread with one open) or
+    the stored request (an id taken before)."""
+    store = await open_store(dsn, schema, lease_ttl=30.0)
+    try:
+        busy = await store.inbox.submit("busy", "u1", text="hello", fingerprint="fp")
+        taken = await store.inbox.submit("taken", "u1", text="hello", fingerprint="fp")
+        await store.inbox.submit("taken", "u2", text="hello", fingerprint="fp")  # holds it
+        keys = [(f"t{n}", "u1") for n in range(8)] + [("busy", "u2"), ("taken", "u1")]
+        submitted = await asyncio.gather(
+            *(
+                store.inbox.submit(
+                    thread_id, turn_id, text="hello", fingerprint="fp", claimer="w1", claim_ttl=30
+                )
+                for thread_id, turn_id in keys
+            )
+        )
+        assert [r.key for r in submitted] == keys
+        assert max(store.submit_groups) > 1, store.submit_groups  # some went together
+        for request in submitted[:8]:
+            assert (request.state, request.claimed_by) == (RequestState.RUNNING, "w1")
+            lease = await lease_row(dsn, schema, request.thread_id)
+            assert lease["live"] and not lease["released"], request.thread_id
+        assert submitted[8].state is RequestState.PENDING  # behind busy/u1
+        assert submitted[8].position > busy.position
+        assert await lease_row(dsn, schema, "busy") is None  # not claimed: no lease taken
+        assert (submitted[9].position, submitted[9].state) == (taken.position, taken.state)
+        # Each handed turn opens with the lease its submit took (30 s ttl: no wait).
+        async with asyncio.timeout(5):
+            await asyncio.gather(
+                *(
+                    store.with_turn(r.thread_id, r.turn_id, commit, request_fingerprint="fp")
+                    for r in submitted[:8]
+                )
+            )
+        for request in submitted[:8]:
+            stored = await store.inbox.get(request.thread_id, request.turn_id)
+            assert stored is not None and stored.state is RequestState.DONE
+    finally:
+        await store.close()

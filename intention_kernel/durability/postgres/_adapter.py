@@ -149,12 +149,13 @@ class PostgresDurability(DurableStore[PgLease]):
             json_limits=json_limits,
             reads=reads,
         )
+        self._inbox_storage = PostgresInbox(db, inbox_sql, turns.handed, reads)
         super().__init__(
             turns,
             history=PostgresHistory(db, sql, heads, json_limits=json_limits, reads=reads),
             outbox=PostgresOutbox(db, outbox_sql),
             inspection=PostgresInspection(db, reads),
-            inbox=PostgresInbox(db, inbox_sql, turns.handed, reads),
+            inbox=self._inbox_storage,
             flow=PostgresFlow(db),
             schedules=PostgresSchedules(db),
             lock_timeout=lock_timeout,
@@ -330,6 +331,12 @@ class PostgresDurability(DurableStore[PgLease]):
         assert isinstance(turns, PostgresTurns)
         return turns.acquires.sizes
 
+    @property
+    def submit_groups(self) -> Counter[int]:
+        """Statements of submits that claim for a worker of this process, by the number of
+        submits each carried (1 is a submit alone; see ``_inbox``)."""
+        return self._inbox_storage.claiming.sizes
+
     # ---------------------------------------------------------------- notifications
 
     async def set_outbox_notify(self, enabled: bool) -> None:
@@ -374,6 +381,7 @@ class PostgresDurability(DurableStore[PgLease]):
             return
         await self._notifier.stop_listener()
         try:
+            await self._inbox_storage.close()  # submits in flight, before the pool goes
             await super().close()
         finally:
             if self.reads is not self.connection:

@@ -49,12 +49,14 @@ off); the committed turn is the truth.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import asyncpg
 
-from ...contracts.errors import CheckpointCorruptError, DurabilityError, ErrorCode
+from ...contracts.errors import CheckpointCorruptError, DurabilityError, ErrorCode, KernelError
 from ...contracts.inbox import (
     InboxRequest,
     InboxStats,
@@ -64,12 +66,23 @@ from ...contracts.inbox import (
 )
 from .._inbox_role import NewRequest, Submitted
 from .._inbox_rows import CORRUPT_REQUEST, decode_progress, decode_request, encode_log
+from ._batch import Batch
 from ._connection import PgConnection
 from ._handoff import HandedLeases
 from ._inbox_sql import InboxStatements
 from ._replica import settled_first
 
 __all__ = ["PostgresInbox"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Claiming:
+    """A submit that claims, with the lease owner and ttl its statement takes the lease for."""
+
+    request: NewRequest
+    owner: str
+    lease_ttl: float
+
 
 _ATTEMPTS = 5
 """Rounds of a compare-and-set or of a submit that met a concurrent one before giving up."""
@@ -92,25 +105,25 @@ class PostgresInbox:
         self._reads = db if reads is None else reads
         self._inbox_sql = sql
         self._handed = handed
+        # Submits that claim and queue up together go as one statement (``_batch``), as
+        # the turns' opens and commits do: each row keeps its own checks.
+        self.claiming: Batch[_Claiming] = Batch(
+            thread_of=lambda one: one.request.thread_id,
+            send_one=self._submit_claimed,
+            send_many=self._submit_claimed_group,
+            one_by_one=lambda exc: isinstance(exc, KernelError) and not exc.retryable,
+        )
+
+    async def close(self) -> None:
+        """Wait for the submits in flight (each caller is waiting for its answer anyway)."""
+        await self.claiming.close()
 
     # ---------------------------------------------------------------- requests
 
     async def submit(self, request: NewRequest) -> Submitted:
         if request.claimer is not None and request.not_before is None:
-            claimer, db, sql = request.claimer, self._db, self._inbox_sql.submit_claimed
             row = await self._handed.submit(
-                lambda owner, lease_ttl: db.fetchrow(
-                    sql,
-                    request.thread_id,
-                    request.turn_id,
-                    request.text,
-                    request.payload,
-                    request.fingerprint,
-                    claimer,
-                    request.claim_ttl,
-                    owner,
-                    lease_ttl,
-                ),
+                lambda owner, lease_ttl: self.claiming.send(_Claiming(request, owner, lease_ttl)),
                 request.thread_id,
                 request.turn_id,
             )
@@ -135,6 +148,38 @@ class PostgresInbox:
                 )
             # A concurrent submit of this id committed after this statement's snapshot.
         raise _busy("the turn request kept changing while it was submitted", request)
+
+    async def _submit_claimed(self, one: _Claiming) -> Any:
+        request = one.request
+        return await self._db.fetchrow(
+            self._inbox_sql.submit_claimed,
+            request.thread_id,
+            request.turn_id,
+            request.text,
+            request.payload,
+            request.fingerprint,
+            request.claimer,
+            request.claim_ttl,
+            one.owner,
+            one.lease_ttl,
+        )
+
+    async def _submit_claimed_group(self, group: Sequence[_Claiming]) -> list[Any]:
+        requests = [one.request for one in group]
+        rows = await self._db.fetch(
+            self._inbox_sql.submit_claimed_group,
+            [r.thread_id for r in requests],
+            [r.turn_id for r in requests],
+            [r.text for r in requests],
+            [r.payload for r in requests],
+            [r.fingerprint for r in requests],
+            [r.claimer for r in requests],
+            [r.claim_ttl for r in requests],
+            [one.owner for one in group],
+            group[0].lease_ttl,  # the store's lease ttl, the same for every submit
+        )
+        # A request taken under its id has no row of its own (as ``submit_claimed`` answers).
+        return [None if row["position"] is None else row for row in rows]
 
     async def claim(self, worker_id: str, ttl: float) -> InboxRequest | None:
         while True:

@@ -107,6 +107,48 @@ FROM r
 LEFT JOIN acquired a ON true
 LEFT JOIN {q}.heads h ON h.thread_id = $1 AND a.epoch IS NOT NULL
 LEFT JOIN {q}.turns c ON c.thread_id = $1 AND c.turn_id = h.turn_id"""
+        # Arrays, one element per submit of distinct threads: $1 thread, $2 turn, $3 text,
+        # $4 payload, $5 fingerprint, $6 worker, $7 ttl seconds, $8 lease owner; $9 lease ttl
+        # seconds. ``submit_claimed`` for the submits that queued together (``_inbox``): one
+        # row each, in their order, its request columns NULL where the id is taken. The
+        # threads' locks are taken in thread order (two groups never wait in a cycle; a
+        # renewal's locks that do are a deadlock the statement's retry gets past).
+        self.submit_claimed_group = f"""
+WITH req AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
+                         $6::text[], $7::float8[], $8::text[])
+        WITH ORDINALITY AS q(thread_id, turn_id, body, payload, fingerprint, worker, ttl,
+                             owner, k)
+), r AS MATERIALIZED (
+    SELECT o.k, f.*
+    FROM (SELECT * FROM req ORDER BY thread_id) o
+    CROSS JOIN LATERAL {q}.inbox_submit_claimed(o.thread_id, o.turn_id, o.body, o.payload,
+                                                 o.fingerprint, o.worker, o.ttl) f
+), seen AS (
+    SELECT q.k, l.epoch, l.expires_at FROM req q JOIN {q}.leases l ON l.thread_id = q.thread_id
+), acquired AS (
+    INSERT INTO {q}.leases AS l (thread_id, owner, epoch, expires_at)
+    SELECT q.thread_id, q.owner, 1, clock_timestamp() + make_interval(secs => $9::float8)
+    FROM req q JOIN r ON r.k = q.k
+    WHERE r.state = 'running' AND r.claimed_by = q.worker
+    ORDER BY q.thread_id
+    ON CONFLICT (thread_id) DO UPDATE
+        SET owner = excluded.owner, epoch = l.epoch + 1, expires_at = excluded.expires_at
+        WHERE l.expires_at <= clock_timestamp()
+    RETURNING l.thread_id, l.epoch
+)
+SELECT {_columns("r")}, a.epoch AS lease_epoch,
+       (SELECT count(*) FROM seen e WHERE e.k = q.k) AS seen_rows,
+       (SELECT e.epoch FROM seen e WHERE e.k = q.k AND e.expires_at = '-infinity')
+           AS released_epoch,
+       NULL::text AS prior_result, NULL::text AS prior_fingerprint,
+       h.revision AS head_revision, c.result AS head_result
+FROM req q
+LEFT JOIN r ON r.k = q.k
+LEFT JOIN acquired a ON a.thread_id = q.thread_id
+LEFT JOIN {q}.heads h ON h.thread_id = q.thread_id AND a.epoch IS NOT NULL
+LEFT JOIN {q}.turns c ON c.thread_id = q.thread_id AND c.turn_id = h.turn_id
+ORDER BY q.k"""
         # $1 worker, $2 ttl seconds.
         self.claim = f"SELECT {cols} FROM {q}.inbox_claim($1, $2::float8)"
         # $1 position, $2 worker, $3 error code, $4 error: a claimed row that cannot be read.
