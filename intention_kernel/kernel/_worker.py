@@ -151,6 +151,8 @@ class Worker:
         self._giving_back: set[asyncio.Task[None]] = set()
         self._waiter: asyncio.Future[None] | None = None  # the claim loop's pause
         self._submits = False  # a submit in this process since the claim loop last looked
+        self._behind = False  # a claim found nothing while turns ran (their threads' next)
+        self._slot_wanted = False  # the claim loop waits for a slot to claim with
         self.scheduler = scheduler
         """Submits the agent's schedules' occurrences while the worker runs (``None``: none)."""
 
@@ -249,7 +251,7 @@ class Worker:
         loop = asyncio.get_running_loop()
         idle = 0.01
         poll_at = loop.time()
-        hint, behind = True, False
+        hint = True
         while not self._stopping.is_set():
             self._submits = False
             if loop.time() >= poll_at:
@@ -264,17 +266,18 @@ class Worker:
                     idle = 0.01
                     self._start(request)
                     continue
-                hint, behind = False, bool(self._running)
+                hint, self._behind = False, bool(self._running)
                 idle = min(idle * 2, settings.poll_interval)
                 poll_at = loop.time() + idle
             # Wait for a submit in this process, a slot, a stop, or the polling interval
             # (other processes' submits), backing off a little while nothing is found.
             wait = max(poll_at - loop.time(), 0.0) if not hint else settings.poll_interval
+            self._slot_wanted = hint or self._behind  # a freed slot has something to claim
             await self._pause(wait)
             if self._submits:
                 hint = True
-            elif behind and self._free():
-                hint, behind = True, False
+            elif self._behind and self._free():
+                hint, self._behind = True, False
 
     async def _pause(self, seconds: float) -> None:
         """Until ``_wake`` (a submit in this process, a turn's end, ``stop``) or ``seconds``:
@@ -303,7 +306,8 @@ class Worker:
         self._running.pop(key, None)
         self._committed.discard(key)
         self.completed += 1
-        self._wake()
+        if self._slot_wanted:
+            self._wake()
 
     async def _drain(self) -> None:
         if not self._running:

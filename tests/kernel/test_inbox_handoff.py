@@ -87,7 +87,9 @@ async def test_a_busy_worker_leaves_the_request_to_its_claim(world: World) -> No
     world.say("where is 42", LOOKUP)
     world.shop.delay = 0.3
     claims = CountedClaims(world.durability.inbox)  # type: ignore[attr-defined]
-    async with started(world, concurrency=1):
+    # Polling every 30 s: a request left to the claim is claimed as its slot frees, or the
+    # second turn would wait for the poll and ``settled`` (10 s) would give up.
+    async with started(world, concurrency=1, poll_interval=30.0):
         first = await world.agent.submit(thread_id="t1", turn_id="u1", text="where is 42")
         second = await world.agent.submit(thread_id="t2", turn_id="u1", text="where is 42")
         same_thread = await world.agent.submit(thread_id="t1", turn_id="u2", text="where is 42")
