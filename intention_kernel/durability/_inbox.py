@@ -56,14 +56,12 @@ class Signal:
             callback()
 
     def subscribe(self, callback: Callable[[], None]) -> Callable[[], None]:
-        """Call ``callback`` at every ``fire`` (a worker's wake-up, without a task per wait)
-        until the returned function is called."""
+        """Call ``callback`` at every ``fire`` until the returned function is called."""
         self._callbacks = [*self._callbacks, callback]
+        return lambda: self._unsubscribe(callback)
 
-        def unsubscribe() -> None:
-            self._callbacks = [c for c in self._callbacks if c is not callback]
-
-        return unsubscribe
+    def _unsubscribe(self, callback: Callable[[], None]) -> None:
+        self._callbacks = [c for c in self._callbacks if c is not callback]
 
     async def wait(self, mark: int, timeout: float) -> None:  # noqa: ASYNC109 - a poll bound
         if self._generation != mark:
