@@ -111,8 +111,8 @@ LEFT JOIN {q}.turns c ON c.thread_id = $1 AND c.turn_id = h.turn_id"""
         # $4 payload, $5 fingerprint, $6 worker, $7 ttl seconds, $8 lease owner; $9 lease ttl
         # seconds. ``submit_claimed`` for the submits that queued together (``_inbox``): one
         # row each, in their order, its request columns NULL where the id is taken. The
-        # threads' locks are taken in thread order (two groups never wait in a cycle; a
-        # renewal's locks that do are a deadlock the statement's retry gets past).
+        # threads' locks are taken in thread order, as a renewal takes them: two of these
+        # statements never wait for each other in a cycle.
         self.submit_claimed_group = f"""
 WITH req AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
@@ -158,12 +158,18 @@ UPDATE {s} SET state = 'dead', claimed_by = NULL, claimed_until = NULL, finished
 WHERE position = $1 AND claimed_by = $2 AND state = 'running' AND {_SYNC_ON}"""
         # $1 worker, $2 ttl seconds. The thread's lock comes first and the expiry is read on
         # the clock after it: a claim that found this claim expired has committed by then, and
-        # the renewal then finds it expired too.
+        # the renewal then finds it expired too. The locks are taken in thread order, as a
+        # group submit takes them (in another order the two could wait for each other).
         self.renew = f"""
+WITH mine AS MATERIALIZED (
+    SELECT position, thread_id FROM {s} WHERE claimed_by = $1 AND state = 'running'
+    ORDER BY thread_id
+), locked AS MATERIALIZED (
+    SELECT position FROM mine WHERE {lock.format("thread_id")}
+)
 UPDATE {s} SET claimed_until = clock_timestamp() + make_interval(secs => $2::float8)
-WHERE claimed_by = $1 AND state = 'running'
-  AND CASE WHEN {lock.format("thread_id")} THEN claimed_until > clock_timestamp() END
-  AND {_SYNC_OFF}
+WHERE position IN (SELECT position FROM locked) AND claimed_by = $1 AND state = 'running'
+  AND claimed_until > clock_timestamp() AND {_SYNC_OFF}
 RETURNING thread_id, turn_id"""
         # $1 worker, $2 thread, $3 turn, $4 retry seconds or NULL (dead), $5 code, $6 error.
         self.release = f"""
