@@ -168,8 +168,8 @@ WITH mine AS MATERIALIZED (
     SELECT position FROM mine WHERE {lock.format("thread_id")}
 )
 UPDATE {s} SET claimed_until = clock_timestamp() + make_interval(secs => $2::float8)
-WHERE position IN (SELECT position FROM locked) AND claimed_by = $1 AND state = 'running'
-  AND claimed_until > clock_timestamp() AND {_SYNC_OFF}
+WHERE position = ANY (ARRAY(SELECT position FROM locked)) AND claimed_by = $1
+  AND state = 'running' AND claimed_until > clock_timestamp() AND {_SYNC_OFF}
 RETURNING thread_id, turn_id"""
         # $1 worker, $2 thread, $3 turn, $4 retry seconds or NULL (dead), $5 code, $6 error.
         self.release = f"""
