@@ -27,7 +27,7 @@ from intention_kernel.testing.conformance.outbox import (
     OutboxStore,
     commit_events,
 )
-from tests.support.postgres import drop_schema, scratch_schema
+from tests.support.postgres import drop_schema, schema_at_version, scratch_schema
 
 
 class PostgresOutboxHarness(OutboxHarness):
@@ -138,13 +138,7 @@ def test_a_schema_1_database_is_upgraded_with_its_outbox_kept(dsn: str, pg_schem
     async def main() -> None:
         conn = await asyncpg.connect(dsn)
         try:
-            await conn.execute(f'CREATE SCHEMA "{pg_schema}"')
-            await conn.execute(
-                f'CREATE TABLE "{pg_schema}".schema_migrations (version integer PRIMARY KEY,'
-                " applied_at timestamptz NOT NULL DEFAULT now())"
-            )
-            await conn.execute(MIGRATIONS[0].format(s=f'"{pg_schema}"'))
-            await conn.execute(f'INSERT INTO "{pg_schema}".schema_migrations VALUES (1)')
+            await schema_at_version(conn, pg_schema, 1)
         finally:
             await conn.close()
         opened = await _open(dsn, pg_schema, setup=True)  # applies migrations 2 to 11

@@ -13,6 +13,7 @@ from intention_kernel.relay import OutboxRelay
 from intention_kernel.testing import EventCollector
 from intention_kernel.testing.conformance.outbox import commit_events
 from tests.durability.conftest import open_store
+from tests.support.postgres import schema_at_version
 
 # Tables of rows that belong to no thread: reference tables on a distributed store.
 _NOT_THREAD_ROWS = {
@@ -112,17 +113,9 @@ async def test_migration_11_gives_existing_rows_their_revision_and_thread_keys(
     """A store at schema 10 with events of two turns, a reconciliation and an inbox request:
     after migration 11 every event carries its turn's revision, goes out in thread order, and
     the keys hold the thread."""
-    s = f'"{schema}"'
     conn = await asyncpg.connect(dsn)
     try:
-        await conn.execute(f"CREATE SCHEMA {s}")
-        await conn.execute(
-            f"CREATE TABLE {s}.schema_migrations (version integer PRIMARY KEY,"
-            " applied_at timestamptz NOT NULL DEFAULT now())"
-        )
-        for version, migration in enumerate(MIGRATIONS[:10], start=1):
-            await conn.execute(migration.format(s=s))
-            await conn.execute(f"INSERT INTO {s}.schema_migrations VALUES ($1)", version)
+        s = await schema_at_version(conn, schema, 10)
         for revision, turn in enumerate(("turn-1", "turn-2"), start=1):
             await conn.execute(
                 f"INSERT INTO {s}.turns (thread_id, turn_id, revision, result)"

@@ -177,18 +177,11 @@ async def test_postgres_pages_walk_an_index_in_id_order(pg_schema: tuple[str, st
 async def test_postgres_migration_5_fills_the_head_columns(pg_schema: tuple[str, str]) -> None:
     from intention_kernel.durability.postgres import PostgresDurability, admin_connection
     from intention_kernel.durability.postgres import _schema as pg_schema_module
+    from tests.support.postgres import schema_at_version
 
     dsn, schema = pg_schema
-    s = f'"{schema}"'
     async with admin_connection(dsn) as conn:
-        await conn.execute(f"CREATE SCHEMA {s}")
-        await conn.execute(
-            f"CREATE TABLE {s}.schema_migrations (version integer PRIMARY KEY,"
-            " applied_at timestamptz NOT NULL DEFAULT now())"
-        )
-        for version, migration in enumerate(pg_schema_module.MIGRATIONS[:4], start=1):
-            await conn.execute(migration.format(s=s))
-            await conn.execute(f"INSERT INTO {s}.schema_migrations VALUES ($1)", version)
+        s = await schema_at_version(conn, schema, 4)
         for thread, text in [
             ("a", _result("a", "question")),
             ("b", _result("b", None)),

@@ -15,7 +15,12 @@ import pytest
 
 from intention_kernel.contracts.durability import DurabilityStore
 from intention_kernel.contracts.ids import new_id
-from intention_kernel.durability.postgres import PostgresDurability, admin_connection, drop_schema
+from intention_kernel.durability.postgres import (
+    MIGRATIONS,
+    PostgresDurability,
+    admin_connection,
+    drop_schema,
+)
 from intention_kernel.testing.conformance import ConformanceHarness
 
 __all__ = [
@@ -24,6 +29,7 @@ __all__ = [
     "postgres_dsn",
     "require_postgres",
     "revoke_lease",
+    "schema_at_version",
     "scratch_schema",
 ]
 
@@ -54,6 +60,21 @@ def require_postgres(dsn: str | None = None) -> str:
 
 def scratch_schema(prefix: str = "ik_test") -> str:
     return f"{prefix}_{new_id('s').split('_', 1)[1]}"
+
+
+async def schema_at_version(conn: Any, schema: str, version: int) -> str:
+    """Create ``schema`` as a store of that schema version left it (its first ``version``
+    migrations, recorded), for a test of the migrations after it; returns the quoted name."""
+    s = f'"{schema}"'
+    await conn.execute(f"CREATE SCHEMA {s}")
+    await conn.execute(
+        f"CREATE TABLE {s}.schema_migrations (version integer PRIMARY KEY,"
+        " applied_at timestamptz NOT NULL DEFAULT now())"
+    )
+    for number, migration in enumerate(MIGRATIONS[:version], start=1):
+        await conn.execute(migration.format(s=s))
+        await conn.execute(f"INSERT INTO {s}.schema_migrations VALUES ($1)", number)
+    return s
 
 
 async def revoke_lease(store: PostgresDurability, thread_id: str) -> None:
