@@ -385,6 +385,7 @@ DURABILITY_POSTGRES = [
     "check_schema_name",
     "drop_schema",
     "from_location",
+    "init_connection",
     "read_schema_info",
     "schema_info_at",
 ]

@@ -18,7 +18,7 @@ from intention_kernel.contracts.errors import (
     LeaseLostError,
     StoreSchemaError,
 )
-from intention_kernel.durability.postgres import MIGRATIONS, PostgresDurability
+from intention_kernel.durability.postgres import MIGRATIONS, PostgresDurability, _schema
 from intention_kernel.testing.conformance import Provider, commit_simple, effect, make_result
 from tests.support.postgres import revoke_lease
 
@@ -32,6 +32,24 @@ async def test_setup_is_idempotent_and_concurrent(dsn: str, schema: str) -> None
         assert await store.setup() == len(MIGRATIONS)
         assert await store.verify() == len(MIGRATIONS)
         await store.close()
+
+
+async def test_setup_on_a_current_schema_takes_no_migration_lock(dsn: str, schema: str) -> None:
+    """Every process opens with ``setup``: one whose schema is in place only reads it, so it
+    neither waits behind another process's migration nor holds a pooled connection doing so."""
+    store = await open_store(dsn, schema)
+    await store.close()
+    holder = await asyncpg.connect(dsn)
+    try:
+        await holder.execute("SELECT pg_advisory_lock($1)", _schema._lock_key(schema))
+        async with asyncio.timeout(5):
+            reopened = await PostgresDurability.open(
+                dsn, schema=schema, setup=True, lock_timeout=30
+            )
+        assert await reopened.setup() == len(MIGRATIONS)
+        await reopened.close()
+    finally:
+        await holder.close()
 
 
 async def test_open_refuses_a_missing_schema(dsn: str, schema: str) -> None:

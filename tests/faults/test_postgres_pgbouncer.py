@@ -16,8 +16,10 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
+import asyncpg
 import pytest
 
 from intention_kernel.contracts.errors import ConfigurationError, ErrorCode
@@ -181,3 +183,45 @@ def test_outbox_claims_work_and_listen_is_refused_through_pgbouncer(
         assert refused.value.code == ErrorCode.INVALID_CONFIGURATION
 
     asyncio.run(main())
+
+
+def test_turns_look_up_no_type_through_pgbouncer(
+    bouncer: str, bounced_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """asyncpg looks a type up on its first use, turning JIT off for the lookup with a session
+    setting the pooler sends to another server connection: the lookup then runs JIT-compiled
+    (about 0.9 s) inside a turn holding its lease. The store's connections learn the types
+    when they open (``init_connection``), so turns of every kind look up none."""
+    lookups: list[list[int]] = []
+    lookup = asyncpg.Connection._introspect_types
+
+    async def recorded(self: Any, typeoids: Any, *rest: Any) -> Any:
+        lookups.append(sorted(typeoids))
+        return await lookup(self, typeoids, *rest)
+
+    async def main() -> None:
+        store = await PostgresDurability.open(
+            bouncer, schema=bounced_schema, statement_cache_size=0, min_size=3, max_size=3
+        )
+        monkeypatch.setattr(asyncpg.Connection, "_introspect_types", recorded)
+        try:
+            provider = Provider()
+            await asyncio.gather(
+                *(
+                    commit_simple(
+                        store, f"t{i}", "turn-1", effects=[(effect("k"), provider.returning(i))]
+                    )
+                    for i in range(6)
+                )
+            )
+            await commit_events(store, "o", "turn-1", 3)
+            batch = await store.claim("relay-t", limit=100, lease=30)
+            positions = [e.position for e in batch]
+            assert len(positions) >= 3
+            assert await store.mark_delivered("relay-t", positions) == len(positions)
+            assert provider.total() == 6
+        finally:
+            await store.close()
+
+    asyncio.run(main())
+    assert lookups == []

@@ -9,6 +9,7 @@ from ...contracts.errors import ConfigurationError
 from ...contracts.inspect import SchemaInfo
 from .._urls import StoreLocation, check_options, driver_refusals
 from ._adapter import PostgresDurability
+from ._connection import init_connection
 from ._lease import LeaseSettings
 from ._operator import admin_connection, drop_schema, read_schema_info
 from ._schema import DEFAULT_SCHEMA, MIGRATIONS, check_schema_name
@@ -22,6 +23,7 @@ __all__ = [
     "check_schema_name",
     "drop_schema",
     "from_location",
+    "init_connection",
     "read_schema_info",
     "schema_info_at",
 ]

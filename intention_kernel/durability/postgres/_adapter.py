@@ -15,7 +15,7 @@ from ...contracts.codec import DEFAULT_LIMITS, JsonLimits
 from ...contracts.errors import ConfigurationError, ErrorCode, StoreSchemaError
 from ..store import DurableStore, check_settings
 from . import _schema
-from ._connection import PgConnection
+from ._connection import PgConnection, init_connection
 from ._errors import translated
 from ._flow import PostgresFlow
 from ._heads import HeadTexts
@@ -208,6 +208,7 @@ class PostgresDurability(DurableStore[PgLease]):
                     statement_cache_size=statement_cache_size,
                     server_settings={"application_name": application_name},
                     reset=_keep_session,
+                    init=init_connection,
                 )
 
         async def factory() -> PostgresDurability:

@@ -11,7 +11,24 @@ from typing import Any
 from ._errors import bounded
 from ._lanes import Lanes
 
-__all__ = ["PgConnection"]
+__all__ = ["PgConnection", "init_connection"]
+
+ARRAY_TYPES = "SELECT $1::bool[], $2::int4[], $3::int8[], $4::float8[]"
+"""The array types the store's statements take and return that asyncpg does not know
+built in (``text[]`` it does)."""
+
+
+async def init_connection(conn: Any) -> None:
+    """Pool ``init`` hook: teach a new connection the store's array types, in one transaction
+    with JIT off. Why: asyncpg looks a type up on its first use; its lookup turns JIT off for
+    itself with a session setting, but behind a transaction-mode pooler that setting lands on
+    another server connection and the lookup, JIT-compiled, takes about 0.9 s (PostgreSQL
+    15) - in the middle of a turn that holds its lease. Pass it as ``init=`` to a pool you
+    lend the store; the pools the store opens use it."""
+    async with conn.transaction():
+        if conn.get_server_version().major >= 11:  # JIT exists from PostgreSQL 11
+            await conn.execute("SET LOCAL jit = off")
+        await conn.fetchrow(ARRAY_TYPES, None, None, None, None)
 
 
 class PgConnection:

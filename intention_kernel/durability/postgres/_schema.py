@@ -346,23 +346,30 @@ def _lock_key(schema: str) -> int:
     return zlib.crc32(f"intention_kernel:{schema}".encode()) - 2**31
 
 
+async def _version(conn: Any, s: str, schema: str) -> int:
+    """The schema's version (0: none), read without a lock; a newer one is refused."""
+    found = await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", f"{s}.schema_migrations")
+    sql = f"SELECT coalesce(max(version), 0) FROM {s}.schema_migrations"
+    current = int(await conn.fetchval(sql)) if found else 0
+    _refuse_newer(current, schema)
+    return current
+
+
 async def migrate(conn: Any, schema: str) -> int:
-    """Apply the missing migrations; returns the schema version now in place."""
+    """Apply the missing migrations (returns the version now in place). A current schema is
+    only read: a transaction queued on the lock would hold a pooler's server connection."""
     s = f'"{check_schema_name(schema)}"'
     with translated():
+        if await _version(conn, s, schema) == len(MIGRATIONS):
+            return len(MIGRATIONS)
         async with conn.transaction():
             await conn.execute("SELECT pg_advisory_xact_lock($1)", _lock_key(schema))
             await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {s}")
             await conn.execute(
-                f"CREATE TABLE IF NOT EXISTS {s}.schema_migrations ("
-                " version integer PRIMARY KEY,"
+                f"CREATE TABLE IF NOT EXISTS {s}.schema_migrations (version integer PRIMARY KEY,"
                 " applied_at timestamptz NOT NULL DEFAULT now())"
             )
-            current = await conn.fetchval(
-                f"SELECT coalesce(max(version), 0) FROM {s}.schema_migrations"
-            )
-            _refuse_newer(current, schema)
-            for version in range(current + 1, len(MIGRATIONS) + 1):
+            for version in range(await _version(conn, s, schema) + 1, len(MIGRATIONS) + 1):
                 await conn.execute(MIGRATIONS[version - 1].format(s=s))
                 await conn.execute(
                     f"INSERT INTO {s}.schema_migrations (version) VALUES ($1)", version
@@ -372,15 +379,8 @@ async def migrate(conn: Any, schema: str) -> int:
 
 async def verify(conn: Any, schema: str) -> int:
     """Refuse to run on a missing, partly migrated or newer schema; returns its version."""
-    s = f'"{check_schema_name(schema)}"'
     with translated():
-        exists = await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", f"{s}.schema_migrations")
-        current = (
-            await conn.fetchval(f"SELECT coalesce(max(version), 0) FROM {s}.schema_migrations")
-            if exists
-            else 0
-        )
-    _refuse_newer(current, schema)
+        current = await _version(conn, f'"{check_schema_name(schema)}"', schema)
     if current < len(MIGRATIONS):
         raise StoreSchemaError(
             f"the store schema {schema} is at version {current} and this version needs"
