@@ -13,7 +13,7 @@ from typing import Any
 
 from ...contracts.errors import KernelError
 from ._batch import Batch
-from ._connection import PgConnection
+from ._connection import PgConnection, read_only
 from ._errors import bounded
 from ._lease import PgLease
 from ._sql import Statements
@@ -81,16 +81,6 @@ class Acquire:
     skip_committed: bool
 
 
-def _read_only(conn: Any) -> bool:
-    """The pooled session is read-only (``default_transaction_read_only``, a hot standby:
-    both reported by the server on every connection since PostgreSQL 14)."""
-    settings = conn.get_settings()
-    return (
-        getattr(settings, "default_transaction_read_only", "off") == "on"
-        or getattr(settings, "in_hot_standby", "off") == "on"
-    )
-
-
 def acquire_batch(db: PgConnection, sql: Statements, ttl: float) -> Batch[Acquire]:
     """The acquire path of one store: each acquisition's row (or ``ReadOnly``), one statement
     for the acquisitions that queue up together. On a read-only session the replay SELECT
@@ -99,7 +89,7 @@ def acquire_batch(db: PgConnection, sql: Statements, ttl: float) -> Batch[Acquir
 
     async def send_one(one: Acquire) -> Any:
         async def statement(conn: Any, seconds: float) -> Any:
-            if one.skip_committed and _read_only(conn):
+            if one.skip_committed and read_only(conn):
                 return ReadOnly(
                     await conn.fetchrow(sql.replay, one.thread_id, one.turn_id, timeout=seconds)
                 )
@@ -117,7 +107,7 @@ def acquire_batch(db: PgConnection, sql: Statements, ttl: float) -> Batch[Acquir
 
     async def send_many(group: Sequence[Acquire]) -> Sequence[Any] | None:
         async def statement(conn: Any, seconds: float) -> Sequence[Any] | None:
-            if _read_only(conn):
+            if read_only(conn):
                 return None  # one by one: each as a read-only session answers it
             rows: Sequence[Any] = await conn.fetch(
                 sql.acquire_group,

@@ -11,7 +11,7 @@ from typing import Any
 from ._errors import bounded
 from ._lanes import Lanes
 
-__all__ = ["PgConnection", "init_connection"]
+__all__ = ["PgConnection", "init_connection", "read_only"]
 
 ARRAY_TYPES = "SELECT $1::bool[], $2::int4[], $3::int8[], $4::float8[]"
 """The array types the store's statements take and return that asyncpg does not know
@@ -29,6 +29,16 @@ async def init_connection(conn: Any) -> None:
         if conn.get_server_version().major >= 11:  # JIT exists from PostgreSQL 11
             await conn.execute("SET LOCAL jit = off")
         await conn.fetchrow(ARRAY_TYPES, None, None, None, None)
+
+
+def read_only(conn: Any) -> bool:
+    """The session is read-only (``default_transaction_read_only``, a hot standby: both
+    reported by the server on every connection since PostgreSQL 14)."""
+    settings = conn.get_settings()
+    return (
+        getattr(settings, "default_transaction_read_only", "off") == "on"
+        or getattr(settings, "in_hot_standby", "off") == "on"
+    )
 
 
 class PgConnection:

@@ -1,10 +1,9 @@
 """Ordered migrations of the PostgreSQL store, applied explicitly and checked at open.
 
-The position of a migration in ``MIGRATIONS`` is its version (1-based). ``migrate`` applies the
+A migration's position in ``MIGRATIONS`` is its version (1-based). ``migrate`` applies the
 missing ones in one transaction serialized by a transaction-level advisory lock (released at
-COMMIT, so it works behind a transaction-mode pooler); the only other advisory locks are the
-inbox's per-thread ones (two-key form, so never this one; see ``_inbox``). ``verify`` only
-reads and refuses a missing, older or newer schema.
+COMMIT, so it works behind a transaction-mode pooler; the inbox's per-thread advisory locks
+are two-key, never this one). ``verify`` only reads and refuses a missing, older or newer one.
 """
 
 from __future__ import annotations
@@ -14,6 +13,7 @@ import zlib
 from typing import Any
 
 from ...contracts.errors import ConfigurationError, ErrorCode, StoreSchemaError
+from ._connection import read_only
 from ._errors import create_schema_hint, translated
 from ._flow_schema import FLOW_MIGRATION
 from ._schedule_schema import SCHEDULE_MIGRATION
@@ -356,11 +356,11 @@ async def _version(conn: Any, s: str, schema: str) -> int:
 
 
 async def migrate(conn: Any, schema: str) -> int:
-    """Apply the missing migrations (returns the version now in place). A current schema is
-    only read: a transaction queued on the lock would hold a pooler's server connection."""
+    """Apply the missing migrations; returns the version in place. A current schema is only
+    read (a transaction queued on the lock holds a pooler's connection), unless read-only."""
     s = f'"{check_schema_name(schema)}"'
     with translated():
-        if await _version(conn, s, schema) == len(MIGRATIONS):
+        if await _version(conn, s, schema) == len(MIGRATIONS) and not read_only(conn):
             return len(MIGRATIONS)
         async with conn.transaction():
             await conn.execute("SELECT pg_advisory_xact_lock($1)", _lock_key(schema))
