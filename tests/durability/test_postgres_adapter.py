@@ -35,7 +35,7 @@ async def test_setup_is_idempotent_and_concurrent(dsn: str, schema: str) -> None
 
 
 async def test_setup_on_a_current_schema_takes_no_migration_lock(dsn: str, schema: str) -> None:
-    """Every process opens with ``setup``: one whose schema is in place only reads it, so it
+    """A process that opens with ``setup`` on a schema in place only reads it, so it
     neither waits behind another process's migration nor holds a pooled connection doing so."""
     store = await open_store(dsn, schema)
     await store.close()

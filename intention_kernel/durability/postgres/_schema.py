@@ -360,7 +360,7 @@ async def migrate(conn: Any, schema: str) -> int:
     read (a transaction queued on the lock holds a pooler's connection), unless read-only."""
     s = f'"{check_schema_name(schema)}"'
     with translated():
-        if await _version(conn, s, schema) == len(MIGRATIONS) and not read_only(conn):
+        if not read_only(conn) and await _version(conn, s, schema) == len(MIGRATIONS):
             return len(MIGRATIONS)
         async with conn.transaction():
             await conn.execute("SELECT pg_advisory_xact_lock($1)", _lock_key(schema))
